@@ -1,0 +1,20 @@
+//! The svc control plane: every rule between an authenticated request and a provider. The HTTP
+//! layer calls one [`ControlPlane`] method per request, passing the caller's [`Principal`]; the
+//! control plane decides visibility and permission, talks to the store and providers, and
+//! publishes events.
+
+mod admission;
+pub mod events;
+mod plane;
+mod principal;
+mod provider_errors;
+pub mod providers;
+mod reaper;
+mod sandboxes;
+mod templates;
+
+pub use events::{EventBus, EventFilter, Subscription};
+pub use plane::{ControlPlane, ControlPlaneParts};
+pub use principal::{Principal, Role};
+pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary};
+pub use sandboxes::ListSandboxes;

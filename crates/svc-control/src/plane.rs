@@ -1,0 +1,99 @@
+//! The control plane handle: cheap to clone, shared by every request and background loop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use svc_core::config::Config;
+use svc_core::Clock;
+use svc_store::Store;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::Admission;
+use crate::{EventBus, ProviderRegistry};
+
+/// What the binary wires together.
+pub struct ControlPlaneParts {
+    /// The validated configuration.
+    pub config: Arc<Config>,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The enabled providers.
+    pub providers: Arc<ProviderRegistry>,
+    /// The time source.
+    pub clock: Arc<dyn Clock>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: Arc<Config>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) providers: Arc<ProviderRegistry>,
+    pub(crate) events: EventBus,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) admission: Admission,
+    started: Instant,
+}
+
+/// The control plane.
+#[derive(Clone)]
+pub struct ControlPlane {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl ControlPlane {
+    /// Builds the control plane; nothing runs until [`ControlPlane::start_background`].
+    pub fn new(parts: ControlPlaneParts) -> Self {
+        let events = EventBus::new(parts.config.events.history_size, Arc::clone(&parts.clock));
+        ControlPlane {
+            inner: Arc::new(Inner {
+                config: parts.config,
+                store: parts.store,
+                providers: parts.providers,
+                events,
+                clock: parts.clock,
+                admission: Admission::default(),
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The providers.
+    pub fn providers(&self) -> &ProviderRegistry {
+        &self.inner.providers
+    }
+
+    /// The event bus.
+    pub fn events(&self) -> &EventBus {
+        &self.inner.events
+    }
+
+    /// The time source.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// This process's worker ID (`worker.id`).
+    pub fn worker_id(&self) -> &str {
+        &self.inner.config.worker.id
+    }
+
+    /// Time since the control plane was built.
+    pub fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// Starts the background loops; they stop when `cancel` fires.
+    pub fn start_background(&self, cancel: &CancellationToken) -> Vec<JoinHandle<()>> {
+        vec![tokio::spawn(crate::reaper::run(self.clone(), cancel.clone()))]
+    }
+}

@@ -1,0 +1,193 @@
+//! The configured providers, which one is the default, and their cached health. Health is
+//! checked at start-up, by `POST /providers/test`, by `/ready`, and again when a cached result
+//! is older than [`HEALTH_MAX_AGE`] at the time someone asks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use svc_core::{Capability, Clock, Timestamp};
+use svc_provider::Provider;
+
+/// How long a health result is reused.
+pub const HEALTH_MAX_AGE: Duration = Duration::from_secs(5);
+/// A health check slower than this counts as a failure.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A provider's last health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderHealth {
+    /// Whether it answered.
+    pub healthy: bool,
+    /// How long the check took.
+    pub latency_ms: u64,
+    /// When it ran.
+    pub last_checked: Timestamp,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Runtimes found, for providers with `runtime_inventory`.
+    pub runtime_count: Option<u64>,
+    checked_at: Instant,
+}
+
+/// Provider summary (interface Provider).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ProviderSummary {
+    /// Name.
+    pub name: String,
+    /// Last health result.
+    pub healthy: bool,
+    /// True for the default provider.
+    pub default: bool,
+    /// Health check latency.
+    pub latency_ms: u64,
+    /// When health was last checked.
+    #[schema(value_type = String, format = DateTime)]
+    pub last_checked: Timestamp,
+    /// Health error, only when unhealthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What it can do.
+    pub capabilities: Vec<Capability>,
+    /// Runtimes it reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_count: Option<u64>,
+}
+
+/// Provider detail (interface Provider).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProviderDetail {
+    /// Name.
+    pub name: String,
+    /// Last health result.
+    pub healthy: bool,
+    /// True for the default provider.
+    pub default: bool,
+    /// Sandboxes on it that are not destroyed.
+    pub sandbox_count: u64,
+    /// The summary.
+    pub health: ProviderSummary,
+    /// Its settings, without secrets.
+    #[schema(value_type = Object)]
+    pub config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The enabled providers.
+pub struct ProviderRegistry {
+    providers: Vec<Arc<dyn Provider>>,
+    default: String,
+    health: RwLock<HashMap<&'static str, ProviderHealth>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl ProviderRegistry {
+    /// A registry of `providers` with `default` as the default; `default` must be one of them.
+    pub fn new(providers: Vec<Arc<dyn Provider>>, default: String, clock: Arc<dyn Clock>) -> Self {
+        ProviderRegistry {
+            providers,
+            default,
+            health: RwLock::new(HashMap::new()),
+            clock,
+        }
+    }
+
+    /// The provider called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
+        self.providers.iter().find(|p| p.name() == name)
+    }
+
+    /// Every enabled provider's name, in configuration order.
+    pub fn names(&self) -> Vec<String> {
+        self.providers.iter().map(|p| p.name().to_owned()).collect()
+    }
+
+    /// The default provider's name.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// Every provider.
+    pub fn all(&self) -> &[Arc<dyn Provider>] {
+        &self.providers
+    }
+
+    async fn check(&self, provider: &Arc<dyn Provider>) -> ProviderHealth {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(HEALTH_TIMEOUT, provider.health()).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("health check timed out after {}s", HEALTH_TIMEOUT.as_secs())),
+        };
+        let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let runtime_count = if result.is_ok()
+            && provider.capabilities().contains(&Capability::RuntimeInventory)
+        {
+            provider.inventory().await.ok().map(|r| r.len() as u64)
+        } else {
+            None
+        };
+        let health = ProviderHealth {
+            healthy: result.is_ok(),
+            latency_ms,
+            last_checked: self.clock.now(),
+            error: result.err(),
+            runtime_count,
+            checked_at: Instant::now(),
+        };
+        if !health.healthy {
+            tracing::warn!(provider = provider.name(), error = ?health.error, "provider unhealthy");
+        }
+        self.health
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(provider.name(), health.clone());
+        health
+    }
+
+    fn cached(&self, name: &str, max_age: Duration) -> Option<ProviderHealth> {
+        self.health
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .filter(|h| h.checked_at.elapsed() <= max_age)
+            .cloned()
+    }
+
+    /// Health of one provider, checked now when the cache is older than `max_age`.
+    pub async fn health_of(&self, provider: &Arc<dyn Provider>, max_age: Duration) -> ProviderHealth {
+        match self.cached(provider.name(), max_age) {
+            Some(health) => health,
+            None => self.check(provider).await,
+        }
+    }
+
+    fn summary(&self, provider: &Arc<dyn Provider>, health: ProviderHealth) -> ProviderSummary {
+        ProviderSummary {
+            name: provider.name().to_owned(),
+            healthy: health.healthy,
+            default: provider.name() == self.default,
+            latency_ms: health.latency_ms,
+            last_checked: health.last_checked,
+            error: health.error,
+            capabilities: provider.capabilities().to_vec(),
+            runtime_count: health.runtime_count,
+        }
+    }
+
+    /// Summaries of every provider, checking concurrently those whose cache is older than
+    /// `max_age` (`Duration::ZERO` forces a check).
+    pub async fn summaries(&self, max_age: Duration) -> Vec<ProviderSummary> {
+        let checks = self.providers.iter().map(|provider| async move {
+            let health = self.health_of(provider, max_age).await;
+            self.summary(provider, health)
+        });
+        futures::future::join_all(checks).await
+    }
+
+    /// The summary of one provider.
+    pub async fn summary_of(&self, name: &str, max_age: Duration) -> Option<ProviderSummary> {
+        let provider = self.get(name)?;
+        let health = self.health_of(provider, max_age).await;
+        Some(self.summary(provider, health))
+    }
+}

@@ -1,0 +1,40 @@
+//! The reaper (decisions §7): every `defaults.reap_interval` it destroys running sandboxes
+//! whose `expires_at` passed and forgets destroyed records older than `destroyed_retention`.
+
+use std::time::Duration;
+
+use svc_core::clock::sub_duration;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ControlPlane, Principal};
+
+/// Runs until `cancel` fires.
+pub(crate) async fn run(plane: ControlPlane, cancel: CancellationToken) {
+    let interval = plane.config().defaults.reap_interval.as_std().max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = ticker.tick() => reap_once(&plane).await,
+        }
+    }
+    tracing::debug!("reaper stopped");
+}
+
+/// One pass; errors are logged and retried on the next tick.
+pub(crate) async fn reap_once(plane: &ControlPlane) {
+    let everyone = Principal::anonymous(None);
+    match plane.prune_expired(&everyone).await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "reaper destroyed expired sandboxes"),
+        Err(err) => tracing::warn!(error = %err, "reaper pass failed"),
+    }
+    let retention = plane.config().defaults.destroyed_retention.as_std();
+    let cutoff = sub_duration(plane.clock().now(), retention);
+    match plane.store().purge_destroyed_before(cutoff).await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "reaper forgot old destroyed sandboxes"),
+        Err(err) => tracing::warn!(error = %err, "purging destroyed sandboxes failed"),
+    }
+}

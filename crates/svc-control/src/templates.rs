@@ -1,0 +1,112 @@
+//! Templates: named spawn presets. Omitted fields are filled from the server defaults when
+//! saved, so a template always renders complete.
+
+use svc_core::error::Resource;
+use svc_core::template::{validate_template_name, Template, TemplateSpec};
+use svc_core::Error;
+use svc_store::StoreError;
+
+use crate::ControlPlane;
+
+impl ControlPlane {
+    fn build_template(
+        &self,
+        name: String,
+        spec: TemplateSpec,
+        now: svc_core::Timestamp,
+    ) -> Result<Template, Error> {
+        validate_template_name(&name).map_err(|message| Error::invalid("name", message))?;
+        let defaults = &self.config().defaults;
+        let provider = spec
+            .provider
+            .unwrap_or_else(|| self.providers().default_name().to_owned());
+        if self.providers().get(&provider).is_none() {
+            return Err(Error::UnknownProvider {
+                name: provider,
+                enabled: self.providers().names(),
+            });
+        }
+        let image = spec.image.unwrap_or_else(|| defaults.image.clone());
+        if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
+            return Err(Error::invalid("image", "must be a non-empty image reference without whitespace"));
+        }
+        let memory_mb = match spec.memory_mb {
+            Some(0) => return Err(Error::invalid("memory_mb", "must be at least 1")),
+            Some(v) => v,
+            None => u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX),
+        };
+        let vcpus = match spec.vcpus {
+            Some(0) => return Err(Error::invalid("vcpus", "must be at least 1")),
+            Some(v) => v,
+            None => defaults.vcpus,
+        };
+        let ttl = spec.ttl.unwrap_or(defaults.ttl);
+        if ttl.is_zero() {
+            return Err(Error::invalid("ttl", "must be greater than 0s"));
+        }
+        crate::admission::check_ttl(defaults, ttl.as_std())?;
+        Ok(Template {
+            name,
+            image,
+            memory_mb,
+            vcpus,
+            ttl,
+            provider,
+            metadata: spec.metadata.unwrap_or_default(),
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    /// `POST /templates`.
+    pub async fn create_template(&self, spec: TemplateSpec) -> Result<Template, Error> {
+        let name = spec
+            .name
+            .clone()
+            .ok_or_else(|| Error::invalid("name", "is required"))?;
+        let template = self.build_template(name, spec, self.clock().now())?;
+        match self.store().insert_template(&template).await {
+            Ok(()) => Ok(template),
+            Err(StoreError::Conflict { .. }) => Err(Error::AlreadyExists {
+                resource: Resource::Template,
+                id: template.name,
+            }),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// `GET /templates`.
+    pub async fn list_templates(&self) -> Result<Vec<Template>, Error> {
+        Ok(self.store().list_templates().await?)
+    }
+
+    /// `GET /templates/{name}`.
+    pub async fn get_template(&self, name: &str) -> Result<Template, Error> {
+        self.store()
+            .get_template(name)
+            .await?
+            .ok_or_else(|| Error::not_found(Resource::Template, name))
+    }
+
+    /// `PUT /templates/{name}`: replaces every field (omitted ones take the defaults).
+    pub async fn update_template(&self, name: &str, spec: TemplateSpec) -> Result<Template, Error> {
+        if spec.name.as_deref().is_some_and(|n| n != name) {
+            return Err(Error::invalid("name", "cannot be changed; it is taken from the path"));
+        }
+        let existing = self.get_template(name).await?;
+        let template = self.build_template(existing.name, spec, self.clock().now())?;
+        self.store()
+            .update_template(&template)
+            .await?
+            .ok_or_else(|| Error::not_found(Resource::Template, name))
+    }
+
+    /// `DELETE /templates/{name}`.
+    pub async fn delete_template(&self, name: &str) -> Result<(), Error> {
+        if self.store().delete_template(name).await? {
+            Ok(())
+        } else {
+            Err(Error::not_found(Resource::Template, name))
+        }
+    }
+}

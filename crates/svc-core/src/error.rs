@@ -1,0 +1,278 @@
+//! The service error: structured variants that say what went wrong, and a closed [`ErrorKind`]
+//! that the HTTP layer maps to a status and code in exactly one place.
+
+use std::fmt;
+
+/// A boxed error source, kept for logs but never shown to callers.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The closed set of error categories, one per wire `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// 400 `bad_request`.
+    BadRequest,
+    /// 401 `unauthorized`.
+    Unauthorized,
+    /// 403 `forbidden`.
+    Forbidden,
+    /// 403 `policy_denied`.
+    PolicyDenied,
+    /// 404 `not_found`.
+    NotFound,
+    /// 405 `method_not_allowed`.
+    MethodNotAllowed,
+    /// 409 `conflict`.
+    Conflict,
+    /// 409 `lease_conflict`.
+    LeaseConflict,
+    /// 413 `payload_too_large`.
+    PayloadTooLarge,
+    /// 429 `resource_limit`.
+    ResourceLimit,
+    /// 500 `provider_error`.
+    ProviderError,
+    /// 503 `unavailable`.
+    Unavailable,
+    /// 500 `internal`.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The wire `code`.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::PolicyDenied => "policy_denied",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::LeaseConflict => "lease_conflict",
+            ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::ResourceLimit => "resource_limit",
+            ErrorKind::ProviderError => "provider_error",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// The kinds of things that can be missing or conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// A sandbox.
+    Sandbox,
+    /// A template.
+    Template,
+    /// A provider.
+    Provider,
+    /// An API route.
+    Route,
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Resource::Sandbox => "sandbox",
+            Resource::Template => "template",
+            Resource::Provider => "provider",
+            Resource::Route => "route",
+        })
+    }
+}
+
+/// Why a spawn or an operation was refused for limits (admission `reason` values and more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitReason {
+    /// Requested TTL over the effective maximum.
+    MaxTtl,
+    /// Global sandbox capacity.
+    MaxSandboxes,
+    /// Per-owner sandbox capacity.
+    MaxOwnerSandboxes,
+    /// Exec timeout over the effective maximum.
+    MaxExecTimeout,
+}
+
+impl LimitReason {
+    /// The wire name (admission `reason`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitReason::MaxTtl => "max_ttl",
+            LimitReason::MaxSandboxes => "max_sandboxes",
+            LimitReason::MaxOwnerSandboxes => "max_owner_sandboxes",
+            LimitReason::MaxExecTimeout => "max_exec_timeout",
+        }
+    }
+}
+
+/// Every way a service operation can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field, header or parameter is invalid.
+    #[error("{field}: {message}")]
+    InvalidInput {
+        /// The field, header or parameter, as the caller named it.
+        field: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// A request body that is not valid JSON of the expected shape.
+    #[error("malformed request body: {message}")]
+    MalformedBody {
+        /// Parser diagnostics, with the field path when known.
+        message: String,
+    },
+    /// A provider no worker offers.
+    #[error("unknown provider {name:?}; enabled providers: {}", enabled.join(", "))]
+    UnknownProvider {
+        /// The requested name.
+        name: String,
+        /// What is enabled.
+        enabled: Vec<String>,
+    },
+    /// Something addressed by the caller does not exist.
+    #[error("{resource} {id:?} not found")]
+    NotFound {
+        /// What kind of thing.
+        resource: Resource,
+        /// Its name or ID.
+        id: String,
+    },
+    /// A name that must be unique is taken.
+    #[error("{resource} {id:?} already exists")]
+    AlreadyExists {
+        /// What kind of thing.
+        resource: Resource,
+        /// Its name.
+        id: String,
+    },
+    /// The sandbox is destroyed, so it cannot run commands, move files or be extended.
+    #[error("sandbox {id} is destroyed")]
+    SandboxDestroyed {
+        /// The sandbox.
+        id: String,
+    },
+    /// A quota, capacity or rate limit.
+    #[error("{message}")]
+    ResourceLimit {
+        /// Machine-readable reason.
+        reason: LimitReason,
+        /// What limit and by how much.
+        message: String,
+    },
+    /// A provider operation failed.
+    #[error("provider {provider} failed to {operation}: {message}")]
+    Provider {
+        /// The provider name.
+        provider: String,
+        /// The operation (`spawn`, `destroy`, ...).
+        operation: String,
+        /// The provider's reason.
+        message: String,
+    },
+    /// A configured provider is unhealthy.
+    #[error("provider {provider} is unavailable: {message}")]
+    ProviderUnavailable {
+        /// The provider name.
+        provider: String,
+        /// Its health error.
+        message: String,
+    },
+    /// The request body is larger than allowed.
+    #[error("request body is larger than {limit_bytes} bytes")]
+    PayloadTooLarge {
+        /// The limit.
+        limit_bytes: u64,
+    },
+    /// The route exists, the method does not.
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The request method.
+        method: String,
+        /// The request path.
+        path: String,
+    },
+    /// Anything else; the source is logged, never shown.
+    #[error("internal error: {context}")]
+    Internal {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// The category, which decides status and code.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidInput { .. } | Error::MalformedBody { .. } | Error::UnknownProvider { .. } => {
+                ErrorKind::BadRequest
+            }
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::AlreadyExists { .. } | Error::SandboxDestroyed { .. } => ErrorKind::Conflict,
+            Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
+            Error::Provider { .. } => ErrorKind::ProviderError,
+            Error::ProviderUnavailable { .. } => ErrorKind::Unavailable,
+            Error::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
+            Error::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            Error::Internal { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidInput`].
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::NotFound`].
+    pub fn not_found(resource: Resource, id: impl Into<String>) -> Self {
+        Error::NotFound {
+            resource,
+            id: id.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Internal`].
+    pub fn internal(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Error::Internal {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The message shown to callers: internal details stay in the logs.
+    pub fn public_message(&self) -> String {
+        match self {
+            Error::Internal { context, .. } => format!("internal error while {context}"),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Result alias for service operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_messages() {
+        let err = Error::UnknownProvider {
+            name: "nope".into(),
+            enabled: vec!["mock".into(), "docker".into()],
+        };
+        assert_eq!(err.kind().code(), "bad_request");
+        assert_eq!(err.to_string(), "unknown provider \"nope\"; enabled providers: mock, docker");
+        let internal = Error::internal("saving sandbox", std::io::Error::other("disk: secret path"));
+        assert_eq!(internal.kind(), ErrorKind::Internal);
+        assert!(!internal.public_message().contains("secret"));
+    }
+}

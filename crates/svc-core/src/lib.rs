@@ -1,0 +1,22 @@
+//! Domain types and pure rules of svc. Nothing here performs I/O: every other crate builds on
+//! these types, so they stay small, validated at construction and serialisable with their wire
+//! names.
+
+pub mod capability;
+pub mod clock;
+pub mod config;
+pub mod duration;
+pub mod error;
+pub mod event;
+pub mod id;
+pub mod owner;
+pub mod path;
+pub mod sandbox;
+pub mod template;
+
+pub use capability::Capability;
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use duration::GoDuration;
+pub use error::{Error, ErrorKind};
+pub use id::SandboxId;
+pub use owner::OwnerId;

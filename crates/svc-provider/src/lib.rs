@@ -1,0 +1,16 @@
+//! Providers own the actual sandboxes. One object-safe [`Provider`] trait covers lifecycle,
+//! health, inventory, logs, files and ONE exec primitive ([`Provider::exec`] returning an
+//! [`ExecSession`]): buffered, streamed and interactive exec are all built on it above the
+//! provider, and timeouts are applied there once. Operations a backend lacks answer
+//! [`ProviderError::Unsupported`] from the trait defaults, matching its declared capabilities.
+
+mod error;
+mod exec;
+mod files;
+pub mod mock;
+mod provider;
+
+pub use error::ProviderError;
+pub use exec::{ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, OutputStream, Signal, StdStream, TtySize};
+pub use files::{ByteStream, FileInfo};
+pub use provider::{Provider, RuntimeInfo, RuntimeStatus, SnapshotInfo, SpawnSpec, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER};

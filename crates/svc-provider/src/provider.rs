@@ -1,0 +1,190 @@
+//! The provider trait and the values it exchanges with the control plane.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use svc_core::path::SandboxPath;
+use svc_core::{Capability, SandboxId, Timestamp};
+
+use crate::{ByteStream, ExecSession, ExecSpec, FileInfo, ProviderError};
+
+/// Label marking a runtime as svc's.
+pub const LABEL_MANAGED: &str = "dev.svc.managed";
+/// Label carrying the sandbox ID.
+pub const LABEL_SANDBOX_ID: &str = "dev.svc.sandbox_id";
+/// Label carrying the owner.
+pub const LABEL_OWNER: &str = "dev.svc.owner";
+/// Label carrying the tenant.
+pub const LABEL_TENANT: &str = "dev.svc.tenant";
+/// Label carrying the worker that created it.
+pub const LABEL_WORKER: &str = "dev.svc.worker";
+
+/// What the control plane asks a provider to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnSpec {
+    /// The sandbox ID, chosen before the spawn.
+    pub id: SandboxId,
+    /// Image name.
+    pub image: String,
+    /// Memory limit in MiB.
+    pub memory_mb: u32,
+    /// Virtual CPUs.
+    pub vcpus: u32,
+    /// Default environment.
+    pub env: BTreeMap<String, String>,
+    /// Network mode; `None` = the provider's configured default.
+    pub network: Option<String>,
+    /// Labels to attach (the `LABEL_*` keys).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A runtime as the provider sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    /// The sandbox it belongs to.
+    pub sandbox_id: SandboxId,
+    /// Image name.
+    pub image: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// True while it runs.
+    pub running: bool,
+}
+
+/// Whether a sandbox's runtime exists and runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeStatus {
+    /// Running.
+    Running,
+    /// Exists but stopped.
+    Stopped,
+    /// Gone.
+    Missing,
+}
+
+/// A cached root filesystem (`GET /snapshots`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotInfo {
+    /// Image it was built from.
+    pub image: String,
+    /// Guest kernel.
+    pub kernel: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// When it was built.
+    pub created_at: Timestamp,
+}
+
+/// A sandbox backend. Object-safe: the binary picks implementations once, behind `Arc<dyn ..>`.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// The wire name (`mock`, `docker`, `firecracker`).
+    fn name(&self) -> &'static str;
+
+    /// What it can do.
+    fn capabilities(&self) -> &'static [Capability];
+
+    /// Settings shown in provider detail; never secrets.
+    fn config_summary(&self) -> serde_json::Map<String, serde_json::Value>;
+
+    /// Checks the backend answers.
+    async fn health(&self) -> Result<(), ProviderError>;
+
+    /// Creates and starts a runtime. On error nothing is left behind.
+    async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError>;
+
+    /// Removes a runtime; a runtime that is already gone is success.
+    async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError>;
+
+    /// Whether the runtime exists and runs.
+    async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError>;
+
+    /// Every runtime carrying svc's labels.
+    async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {
+        Err(ProviderError::Unsupported { op: "inventory" })
+    }
+
+    /// The most recent `lines` console or log lines, in order.
+    async fn logs(&self, _id: &SandboxId, _lines: usize) -> Result<Vec<String>, ProviderError> {
+        Err(ProviderError::Unsupported { op: "logs" })
+    }
+
+    /// Starts a command; see [`ExecSession`].
+    async fn exec(&self, _id: &SandboxId, _spec: ExecSpec) -> Result<ExecSession, ProviderError> {
+        Err(ProviderError::Unsupported { op: "exec" })
+    }
+
+    /// Writes a file (creating parent directories) with `mode`, streaming `content`.
+    async fn write_file(
+        &self,
+        _id: &SandboxId,
+        _path: &SandboxPath,
+        _mode: u32,
+        _content: ByteStream,
+    ) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "write_file" })
+    }
+
+    /// Streams a file's bytes.
+    async fn read_file(
+        &self,
+        _id: &SandboxId,
+        _path: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        Err(ProviderError::Unsupported { op: "read_file" })
+    }
+
+    /// Deletes a file, or a directory (non-empty ones only when `recursive`).
+    async fn delete_file(
+        &self,
+        _id: &SandboxId,
+        _path: &SandboxPath,
+        _recursive: bool,
+    ) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "delete_file" })
+    }
+
+    /// Lists a directory, sorted by name.
+    async fn list_dir(
+        &self,
+        _id: &SandboxId,
+        _path: &SandboxPath,
+    ) -> Result<Vec<FileInfo>, ProviderError> {
+        Err(ProviderError::Unsupported { op: "list_dir" })
+    }
+
+    /// Moves a file or directory, replacing an existing destination file.
+    async fn move_path(
+        &self,
+        _id: &SandboxId,
+        _from: &SandboxPath,
+        _to: &SandboxPath,
+    ) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "move_path" })
+    }
+
+    /// Changes permission bits.
+    async fn chmod(
+        &self,
+        _id: &SandboxId,
+        _path: &SandboxPath,
+        _mode: u32,
+    ) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "chmod" })
+    }
+
+    /// Describes one path.
+    async fn stat(&self, _id: &SandboxId, _path: &SandboxPath) -> Result<FileInfo, ProviderError> {
+        Err(ProviderError::Unsupported { op: "stat" })
+    }
+
+    /// Absolute paths matching an absolute glob (`*`, `?`, `[..]`, `**`), sorted.
+    async fn glob(&self, _id: &SandboxId, _pattern: &str) -> Result<Vec<String>, ProviderError> {
+        Err(ProviderError::Unsupported { op: "glob" })
+    }
+
+    /// Cached root filesystems; none for providers without snapshots.
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>, ProviderError> {
+        Ok(Vec::new())
+    }
+}

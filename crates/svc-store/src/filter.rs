@@ -1,0 +1,26 @@
+//! Which sandboxes a list call returns.
+
+/// The state part of a sandbox filter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StateFilter {
+    /// Every sandbox that is not destroyed (the list default).
+    #[default]
+    Active,
+    /// Only sandboxes in this state.
+    Only(svc_core::sandbox::SandboxState),
+    /// Everything still stored.
+    All,
+}
+
+/// Filters for listing sandboxes; `None` fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxFilter {
+    /// State selection.
+    pub state: StateFilter,
+    /// Exact owner.
+    pub owner_id: Option<String>,
+    /// Exact provider name.
+    pub provider: Option<String>,
+    /// Exact tenant.
+    pub tenant_id: Option<String>,
+}

@@ -1,0 +1,45 @@
+//! Versioned migrations, embedded in the binary and tracked with `PRAGMA user_version`. Each
+//! runs in its own transaction; a database newer than the binary is refused, never downgraded.
+
+use rusqlite::Connection;
+
+use super::codec::backend;
+use crate::{StoreError, StoreResult};
+
+/// `(version, sql)`, in order; versions are 1-based and dense.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    include_str!("../../migrations/sqlite/0001_sandboxes_templates.sql"),
+)];
+
+pub(super) fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |(version, _)| *version)
+}
+
+pub(super) fn current_version(conn: &Connection) -> StoreResult<i64> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(backend("read schema version"))
+}
+
+pub(super) fn run(conn: &mut Connection) -> StoreResult<()> {
+    let current = current_version(conn)?;
+    if current > latest_version() {
+        return Err(StoreError::Migration {
+            message: format!(
+                "database schema version {current} is newer than this binary supports ({})",
+                latest_version()
+            ),
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        let tx = conn.transaction().map_err(backend("migrate"))?;
+        tx.execute_batch(sql).map_err(|e| StoreError::Migration {
+            message: format!("migration {version} failed: {e}"),
+        })?;
+        tx.pragma_update(None, "user_version", version)
+            .map_err(backend("migrate"))?;
+        tx.commit().map_err(backend("migrate"))?;
+        tracing::info!(version, "applied sqlite migration");
+    }
+    Ok(())
+}

@@ -1,0 +1,338 @@
+//! The embedded SQLite backend: WAL mode, one writer connection, a small pool of readers, and
+//! every call run on tokio's blocking pool so the async runtime never waits on disk.
+
+mod codec;
+mod connections;
+mod migrate;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rusqlite::{params, OptionalExtension};
+use svc_core::sandbox::{Sandbox, SandboxState};
+use svc_core::template::Template;
+use svc_core::{SandboxId, Timestamp};
+
+use crate::{SandboxFilter, StateFilter, Store, StoreError, StoreResult};
+use codec::{micros, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
+use connections::Connections;
+
+/// A store in one SQLite file (or in memory).
+pub struct SqliteStore {
+    connections: Arc<Connections>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and runs pending migrations.
+    /// `:memory:` gives a private in-memory database.
+    pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let connections = tokio::task::spawn_blocking(move || -> StoreResult<Connections> {
+            let connections = Connections::open(&path)?;
+            connections.with_writer(migrate::run)?;
+            Ok(connections)
+        })
+        .await
+        .map_err(|e| StoreError::Backend {
+            operation: "open",
+            source: e.into(),
+        })??;
+        Ok(SqliteStore {
+            connections: Arc::new(connections),
+        })
+    }
+
+    /// The schema version the database is at, and the latest one this binary knows.
+    pub async fn schema_version(&self) -> StoreResult<(i64, i64)> {
+        self.connections
+            .read("schema_version", |conn| {
+                Ok((migrate::current_version(conn)?, migrate::latest_version()))
+            })
+            .await
+    }
+}
+
+fn sandbox_state_clause(filter: &SandboxFilter) -> (&'static str, Option<&'static str>) {
+    match filter.state {
+        StateFilter::Active => ("state != 'destroyed'", None),
+        StateFilter::Only(state) => ("state = ?", Some(state.as_str())),
+        StateFilter::All => ("1 = 1", None),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> StoreResult<Duration> {
+        let started = Instant::now();
+        self.connections
+            .read("ping", |conn| {
+                conn.query_row("SELECT 1", [], |_| Ok(()))
+                    .map_err(codec::backend("ping"))
+            })
+            .await?;
+        Ok(started.elapsed())
+    }
+
+    async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
+        let row = codec::SandboxRow::from_domain(sandbox)?;
+        self.connections
+            .write("insert_sandbox", move |conn| {
+                conn.execute(
+                    &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
+                    row.params(),
+                )
+                .map_err(codec::conflict_or_backend("insert_sandbox", "sandbox", &row.id))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn get_sandbox(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        self.connections
+            .read("get_sandbox", move |conn| {
+                conn.query_row(
+                    &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
+                    [&id],
+                    codec::SandboxRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("get_sandbox"))?
+                .map(codec::SandboxRow::into_domain)
+                .transpose()
+            })
+            .await
+    }
+
+    async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
+        let filter = filter.clone();
+        self.connections
+            .read("list_sandboxes", move |conn| {
+                let (state_clause, state_param) = sandbox_state_clause(&filter);
+                let sql = format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE {state_clause} \
+                     AND (?{n1} IS NULL OR owner_id = ?{n1}) \
+                     AND (?{n2} IS NULL OR provider = ?{n2}) \
+                     AND (?{n3} IS NULL OR tenant_id = ?{n3}) \
+                     ORDER BY created_at DESC, id DESC",
+                    n1 = if state_param.is_some() { 2 } else { 1 },
+                    n2 = if state_param.is_some() { 3 } else { 2 },
+                    n3 = if state_param.is_some() { 4 } else { 3 },
+                );
+                let mut stmt = conn
+                    .prepare_cached(&sql)
+                    .map_err(codec::backend("list_sandboxes"))?;
+                let mut values: Vec<Option<String>> = Vec::with_capacity(4);
+                if let Some(state) = state_param {
+                    values.push(Some(state.to_owned()));
+                }
+                values.extend([filter.owner_id, filter.provider, filter.tenant_id]);
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(values.iter()), codec::SandboxRow::read)
+                    .map_err(codec::backend("list_sandboxes"))?;
+                let mut sandboxes = Vec::new();
+                for row in rows {
+                    sandboxes.push(row.map_err(codec::backend("list_sandboxes"))?.into_domain()?);
+                }
+                Ok(sandboxes)
+            })
+            .await
+    }
+
+    async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64> {
+        let owner_id = owner_id.map(str::to_owned);
+        self.connections
+            .read("count_active_sandboxes", move |conn| {
+                let count: i64 = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM sandboxes WHERE state != 'destroyed' AND (?1 IS NULL OR owner_id = ?1)",
+                        [&owner_id],
+                        |row| row.get(0),
+                    )
+                    .map_err(codec::backend("count_active_sandboxes"))?;
+                Ok(u64::try_from(count).unwrap_or(0))
+            })
+            .await
+    }
+
+    async fn mark_sandbox_destroyed(
+        &self,
+        id: &SandboxId,
+        at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        self.connections
+            .write("mark_sandbox_destroyed", move |conn| {
+                conn.query_row(
+                    &format!(
+                        "UPDATE sandboxes SET state = ?2, destroyed_at = ?3 \
+                         WHERE id = ?1 AND state != 'destroyed' RETURNING {SANDBOX_COLUMNS}"
+                    ),
+                    params![id, SandboxState::Destroyed.as_str(), micros(at)],
+                    codec::SandboxRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("mark_sandbox_destroyed"))?
+                .map(codec::SandboxRow::into_domain)
+                .transpose()
+            })
+            .await
+    }
+
+    async fn set_sandbox_expiry(
+        &self,
+        id: &SandboxId,
+        expires_at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        self.connections
+            .write("set_sandbox_expiry", move |conn| {
+                conn.query_row(
+                    &format!(
+                        "UPDATE sandboxes SET expires_at = ?2 \
+                         WHERE id = ?1 AND state != 'destroyed' RETURNING {SANDBOX_COLUMNS}"
+                    ),
+                    params![id, micros(expires_at)],
+                    codec::SandboxRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("set_sandbox_expiry"))?
+                .map(codec::SandboxRow::into_domain)
+                .transpose()
+            })
+            .await
+    }
+
+    async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>> {
+        self.connections
+            .read("list_expired_sandboxes", move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
+                         WHERE state != 'destroyed' AND expires_at <= ?1 ORDER BY expires_at, id"
+                    ))
+                    .map_err(codec::backend("list_expired_sandboxes"))?;
+                let rows = stmt
+                    .query_map([micros(now)], codec::SandboxRow::read)
+                    .map_err(codec::backend("list_expired_sandboxes"))?;
+                let mut sandboxes = Vec::new();
+                for row in rows {
+                    sandboxes.push(
+                        row.map_err(codec::backend("list_expired_sandboxes"))?
+                            .into_domain()?,
+                    );
+                }
+                Ok(sandboxes)
+            })
+            .await
+    }
+
+    async fn purge_destroyed_before(&self, cutoff: Timestamp) -> StoreResult<u64> {
+        self.connections
+            .write("purge_destroyed_before", move |conn| {
+                let deleted = conn
+                    .execute(
+                        "DELETE FROM sandboxes WHERE state = 'destroyed' AND destroyed_at < ?1",
+                        [micros(cutoff)],
+                    )
+                    .map_err(codec::backend("purge_destroyed_before"))?;
+                Ok(deleted as u64)
+            })
+            .await
+    }
+
+    async fn insert_template(&self, template: &Template) -> StoreResult<()> {
+        let row = codec::TemplateRow::from_domain(template)?;
+        self.connections
+            .write("insert_template", move |conn| {
+                conn.execute(
+                    &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+                    row.params(),
+                )
+                .map_err(codec::conflict_or_backend("insert_template", "template", &row.name))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn get_template(&self, name: &str) -> StoreResult<Option<Template>> {
+        let name = name.to_owned();
+        self.connections
+            .read("get_template", move |conn| {
+                conn.query_row(
+                    &format!("SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name = ?1"),
+                    [&name],
+                    codec::TemplateRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("get_template"))?
+                .map(codec::TemplateRow::into_domain)
+                .transpose()
+            })
+            .await
+    }
+
+    async fn list_templates(&self) -> StoreResult<Vec<Template>> {
+        self.connections
+            .read("list_templates", move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {TEMPLATE_COLUMNS} FROM templates ORDER BY name"
+                    ))
+                    .map_err(codec::backend("list_templates"))?;
+                let rows = stmt
+                    .query_map([], codec::TemplateRow::read)
+                    .map_err(codec::backend("list_templates"))?;
+                let mut templates = Vec::new();
+                for row in rows {
+                    templates.push(row.map_err(codec::backend("list_templates"))?.into_domain()?);
+                }
+                Ok(templates)
+            })
+            .await
+    }
+
+    async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
+        let row = codec::TemplateRow::from_domain(template)?;
+        self.connections
+            .write("update_template", move |conn| {
+                conn.query_row(
+                    &format!(
+                        "UPDATE templates SET image = ?2, memory_mb = ?3, vcpus = ?4, ttl_nanos = ?5, \
+                         provider = ?6, metadata = ?7, updated_at = ?9 WHERE name = ?1 \
+                         RETURNING {TEMPLATE_COLUMNS}"
+                    ),
+                    row.params(),
+                    codec::TemplateRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("update_template"))?
+                .map(codec::TemplateRow::into_domain)
+                .transpose()
+            })
+            .await
+    }
+
+    async fn delete_template(&self, name: &str) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.connections
+            .write("delete_template", move |conn| {
+                let deleted = conn
+                    .execute("DELETE FROM templates WHERE name = ?1", [&name])
+                    .map_err(codec::backend("delete_template"))?;
+                Ok(deleted > 0)
+            })
+            .await
+    }
+
+    async fn close(&self) {
+        let connections = Arc::clone(&self.connections);
+        let _ = tokio::task::spawn_blocking(move || connections.close()).await;
+    }
+}

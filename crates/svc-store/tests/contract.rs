@@ -1,0 +1,261 @@
+//! The store contract: one suite of behavioural cases over `&dyn Store`, expanded by a macro into
+//! one test per case per backend. PostgreSQL joins the backend list with the scale-out work.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use svc_core::clock::add_duration;
+use svc_core::sandbox::{Sandbox, SandboxState};
+use svc_core::template::Template;
+use svc_core::{GoDuration, SandboxId, Timestamp};
+use svc_store::sqlite::SqliteStore;
+use svc_store::{SandboxFilter, StateFilter, Store, StoreError};
+
+/// A backend under test and whatever keeps it alive (temporary directories).
+struct Backend {
+    store: Box<dyn Store>,
+    _guard: Option<tempfile::TempDir>,
+}
+
+async fn sqlite_file() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("svc.db")).await.unwrap();
+    Backend {
+        store: Box::new(store),
+        _guard: Some(dir),
+    }
+}
+
+async fn sqlite_memory() -> Backend {
+    Backend {
+        store: Box::new(SqliteStore::open(":memory:").await.unwrap()),
+        _guard: None,
+    }
+}
+
+fn t0() -> Timestamp {
+    Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap()
+}
+
+fn at(secs: u64) -> Timestamp {
+    add_duration(t0(), Duration::from_secs(secs))
+}
+
+fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
+    let id = SandboxId::generate();
+    Sandbox {
+        preview_domain: format!("{id}.localhost"),
+        id,
+        state: SandboxState::Running,
+        provider: provider.into(),
+        image: "alpine:latest".into(),
+        memory_mb: 512,
+        vcpus: 1,
+        created_at: created,
+        expires_at: add_duration(created, Duration::from_secs(1800)),
+        metadata: BTreeMap::from([("team".into(), "ml".into()), ("unicode".into(), "héllo ✓".into())]),
+        worker_id: Some("local".into()),
+        tenant_id: "default".into(),
+        owner_id: owner.into(),
+        template: None,
+        network: Some("bridge".into()),
+        destroyed_at: None,
+        env: BTreeMap::from([("A".into(), "1".into())]),
+    }
+}
+
+fn template(name: &str) -> Template {
+    Template {
+        name: name.into(),
+        image: "python:3.12".into(),
+        memory_mb: 1024,
+        vcpus: 2,
+        ttl: GoDuration::from_secs(3600),
+        provider: "mock".into(),
+        metadata: BTreeMap::from([("k".into(), "v".into())]),
+        created_at: at(0),
+        updated_at: at(0),
+    }
+}
+
+async fn sandbox_round_trips(store: &dyn Store) {
+    let sb = sandbox("alice", "mock", at(0));
+    store.insert_sandbox(&sb).await.unwrap();
+    assert_eq!(store.get_sandbox(&sb.id).await.unwrap(), Some(sb.clone()));
+    assert_eq!(store.get_sandbox(&SandboxId::generate()).await.unwrap(), None);
+    let err = store.insert_sandbox(&sb).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { entity: "sandbox", .. }), "{err:?}");
+}
+
+async fn list_filters_and_orders_newest_first(store: &dyn Store) {
+    let a = sandbox("alice", "mock", at(1));
+    let b = sandbox("bob", "docker", at(2));
+    let c = sandbox("alice", "docker", at(3));
+    for sb in [&a, &b, &c] {
+        store.insert_sandbox(sb).await.unwrap();
+    }
+    store.mark_sandbox_destroyed(&b.id, at(4)).await.unwrap();
+    let ids = |list: Vec<Sandbox>| list.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    let all_active = store.list_sandboxes(&SandboxFilter::default()).await.unwrap();
+    assert_eq!(ids(all_active), vec![c.id.clone(), a.id.clone()]);
+    let everything = SandboxFilter {
+        state: StateFilter::All,
+        ..SandboxFilter::default()
+    };
+    assert_eq!(ids(store.list_sandboxes(&everything).await.unwrap()), vec![c.id.clone(), b.id.clone(), a.id.clone()]);
+    let destroyed = SandboxFilter {
+        state: StateFilter::Only(SandboxState::Destroyed),
+        ..SandboxFilter::default()
+    };
+    assert_eq!(ids(store.list_sandboxes(&destroyed).await.unwrap()), vec![b.id.clone()]);
+    let alice_docker = SandboxFilter {
+        owner_id: Some("alice".into()),
+        provider: Some("docker".into()),
+        ..SandboxFilter::default()
+    };
+    assert_eq!(ids(store.list_sandboxes(&alice_docker).await.unwrap()), vec![c.id.clone()]);
+    let other_tenant = SandboxFilter {
+        tenant_id: Some("acme".into()),
+        ..SandboxFilter::default()
+    };
+    assert!(store.list_sandboxes(&other_tenant).await.unwrap().is_empty());
+    assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 2);
+    assert_eq!(store.count_active_sandboxes(Some("alice")).await.unwrap(), 2);
+    assert_eq!(store.count_active_sandboxes(Some("bob")).await.unwrap(), 0);
+}
+
+async fn destroy_happens_once(store: &dyn Store) {
+    let sb = sandbox("", "mock", at(0));
+    store.insert_sandbox(&sb).await.unwrap();
+    let destroyed = store.mark_sandbox_destroyed(&sb.id, at(10)).await.unwrap().unwrap();
+    assert_eq!(destroyed.state, SandboxState::Destroyed);
+    assert_eq!(destroyed.destroyed_at, Some(at(10)));
+    assert_eq!(store.mark_sandbox_destroyed(&sb.id, at(11)).await.unwrap(), None);
+    assert_eq!(store.mark_sandbox_destroyed(&SandboxId::generate(), at(11)).await.unwrap(), None);
+    assert_eq!(store.get_sandbox(&sb.id).await.unwrap().unwrap().destroyed_at, Some(at(10)));
+    assert_eq!(store.set_sandbox_expiry(&sb.id, at(99)).await.unwrap(), None, "destroyed sandboxes cannot be extended");
+}
+
+async fn expiry_and_purge(store: &dyn Store) {
+    let early = sandbox("", "mock", at(0));
+    let mut late = sandbox("", "mock", at(0));
+    late.expires_at = at(7200);
+    store.insert_sandbox(&early).await.unwrap();
+    store.insert_sandbox(&late).await.unwrap();
+    let expired = store.list_expired_sandboxes(at(1800)).await.unwrap();
+    assert_eq!(expired.iter().map(|s| &s.id).collect::<Vec<_>>(), vec![&early.id]);
+    let extended = store.set_sandbox_expiry(&early.id, at(9000)).await.unwrap().unwrap();
+    assert_eq!(extended.expires_at, at(9000));
+    assert!(store.list_expired_sandboxes(at(1800)).await.unwrap().is_empty());
+    store.mark_sandbox_destroyed(&early.id, at(100)).await.unwrap();
+    assert_eq!(store.purge_destroyed_before(at(100)).await.unwrap(), 0);
+    assert_eq!(store.purge_destroyed_before(at(101)).await.unwrap(), 1);
+    assert_eq!(store.get_sandbox(&early.id).await.unwrap(), None);
+    assert!(store.get_sandbox(&late.id).await.unwrap().is_some(), "running sandboxes are never purged");
+}
+
+async fn template_crud(store: &dyn Store) {
+    let t = template("py");
+    store.insert_template(&t).await.unwrap();
+    let err = store.insert_template(&t).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { entity: "template", .. }), "{err:?}");
+    assert_eq!(store.get_template("py").await.unwrap(), Some(t.clone()));
+    store.insert_template(&template("alpha")).await.unwrap();
+    let names: Vec<_> = store.list_templates().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["alpha", "py"]);
+    let mut changed = t.clone();
+    changed.image = "node:22".into();
+    changed.created_at = at(500);
+    changed.updated_at = at(60);
+    let stored = store.update_template(&changed).await.unwrap().unwrap();
+    assert_eq!(stored.image, "node:22");
+    assert_eq!(stored.created_at, t.created_at, "update keeps created_at");
+    assert_eq!(stored.updated_at, at(60));
+    assert_eq!(store.update_template(&template("missing")).await.unwrap(), None);
+    assert!(store.delete_template("py").await.unwrap());
+    assert!(!store.delete_template("py").await.unwrap());
+    assert_eq!(store.get_template("py").await.unwrap(), None);
+}
+
+async fn concurrent_writes_are_all_kept(store: &dyn Store) {
+    let sandboxes: Vec<_> = (0..64).map(|i| sandbox("", "mock", at(i))).collect();
+    futures_join_all(sandboxes.iter().map(|sb| store.insert_sandbox(sb))).await;
+    assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 64);
+    let destroyed = futures_join_all(sandboxes.iter().map(|sb| store.mark_sandbox_destroyed(&sb.id, at(100)))).await;
+    assert_eq!(destroyed.into_iter().filter(|r| r.is_some()).count(), 64);
+    assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 0);
+}
+
+async fn ping_answers(store: &dyn Store) {
+    store.ping().await.unwrap();
+    assert!(!store.backend().is_empty());
+}
+
+/// Runs the futures concurrently and unwraps every result.
+async fn futures_join_all<T, F: std::future::Future<Output = Result<T, StoreError>>>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<T> {
+    futures::future::join_all(futures)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+macro_rules! contract {
+    ($backend:ident: $($case:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let backend = super::$backend().await;
+                    super::$case(backend.store.as_ref()).await;
+                    backend.store.close().await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! all_cases {
+    ($($backend:ident),*) => {
+        $(
+            contract!($backend:
+                sandbox_round_trips,
+                list_filters_and_orders_newest_first,
+                destroy_happens_once,
+                expiry_and_purge,
+                template_crud,
+                concurrent_writes_are_all_kept,
+                ping_answers,
+            );
+        )*
+    };
+}
+
+all_cases!(sqlite_file, sqlite_memory);
+
+#[tokio::test]
+async fn sqlite_persists_across_reopen_and_refuses_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("svc.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let sb = sandbox("", "mock", at(0));
+    store.insert_sandbox(&sb).await.unwrap();
+    let (current, latest) = store.schema_version().await.unwrap();
+    assert_eq!(current, latest);
+    store.close().await;
+    assert!(matches!(store.ping().await, Err(StoreError::Closed)));
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(reopened.get_sandbox(&sb.id).await.unwrap(), Some(sb));
+    reopened.close().await;
+    // Simulates a database written by a newer binary.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 999)
+        .unwrap();
+    let err = SqliteStore::open(&path).await.err().expect("newer schema must be refused");
+    assert!(matches!(err, StoreError::Migration { .. }), "{err:?}");
+}
+
