@@ -1,1 +1,14 @@
-//! placeholder
+//! The svc HTTP API: the axum router, caller extraction, one module per resource, the single
+//! error-to-status mapping, streaming responses and the OpenAPI document. Handlers parse, call
+//! one control-plane method with the caller's principal, and render; nothing else.
+
+mod error;
+mod extract;
+mod observe;
+mod openapi;
+mod router;
+mod routes;
+
+pub use error::{ApiError, ErrorBody};
+pub use openapi::{openapi_document, OpenApiFormat};
+pub use router::router;

@@ -83,7 +83,11 @@ impl Admission {
         let _gate = self.gate.lock().await;
         if defaults.max_sandboxes > 0 {
             let active = store.count_active_sandboxes(None).await?;
-            let reserved = self.reserved.lock().unwrap_or_else(PoisonError::into_inner).total;
+            let reserved = self
+                .reserved
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .total;
             if active + reserved >= defaults.max_sandboxes {
                 return Err(Error::ResourceLimit {
                     reason: LimitReason::MaxSandboxes,
@@ -136,7 +140,13 @@ mod tests {
         defaults.max_ttl = GoDuration::from_secs(3600);
         assert!(check_ttl(&defaults, Duration::from_secs(3600)).is_ok());
         let err = check_ttl(&defaults, Duration::from_secs(3601)).unwrap_err();
-        assert!(matches!(err, Error::ResourceLimit { reason: LimitReason::MaxTtl, .. }));
+        assert!(matches!(
+            err,
+            Error::ResourceLimit {
+                reason: LimitReason::MaxTtl,
+                ..
+            }
+        ));
         defaults.max_ttl = GoDuration::ZERO;
         assert!(check_ttl(&defaults, Duration::from_secs(10_000_000)).is_ok());
     }

@@ -18,3 +18,4 @@ pub use plane::{ControlPlane, ControlPlaneParts};
 pub use principal::{Principal, Role};
 pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary};
 pub use sandboxes::ListSandboxes;
+pub use svc_provider::SnapshotInfo;

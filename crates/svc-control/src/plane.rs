@@ -32,6 +32,7 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) admission: Admission,
     started: Instant,
+    shutdown: CancellationToken,
 }
 
 /// The control plane.
@@ -53,6 +54,7 @@ impl ControlPlane {
                 clock: parts.clock,
                 admission: Admission::default(),
                 started: Instant::now(),
+                shutdown: CancellationToken::new(),
             }),
         }
     }
@@ -92,8 +94,14 @@ impl ControlPlane {
         self.inner.started.elapsed()
     }
 
-    /// Starts the background loops; they stop when `cancel` fires.
-    pub fn start_background(&self, cancel: &CancellationToken) -> Vec<JoinHandle<()>> {
-        vec![tokio::spawn(crate::reaper::run(self.clone(), cancel.clone()))]
+    /// Fires when shutdown begins: background loops and open streams end.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// Starts the background loops; they stop when [`ControlPlane::shutdown_token`] fires.
+    pub fn start_background(&self) -> Vec<JoinHandle<()>> {
+        let cancel = self.inner.shutdown.clone();
+        vec![tokio::spawn(crate::reaper::run(self.clone(), cancel))]
     }
 }

@@ -116,11 +116,16 @@ impl ProviderRegistry {
         let started = Instant::now();
         let result = match tokio::time::timeout(HEALTH_TIMEOUT, provider.health()).await {
             Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("health check timed out after {}s", HEALTH_TIMEOUT.as_secs())),
+            Err(_) => Err(format!(
+                "health check timed out after {}s",
+                HEALTH_TIMEOUT.as_secs()
+            )),
         };
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let runtime_count = if result.is_ok()
-            && provider.capabilities().contains(&Capability::RuntimeInventory)
+            && provider
+                .capabilities()
+                .contains(&Capability::RuntimeInventory)
         {
             provider.inventory().await.ok().map(|r| r.len() as u64)
         } else {
@@ -154,7 +159,11 @@ impl ProviderRegistry {
     }
 
     /// Health of one provider, checked now when the cache is older than `max_age`.
-    pub async fn health_of(&self, provider: &Arc<dyn Provider>, max_age: Duration) -> ProviderHealth {
+    pub async fn health_of(
+        &self,
+        provider: &Arc<dyn Provider>,
+        max_age: Duration,
+    ) -> ProviderHealth {
         match self.cached(provider.name(), max_age) {
             Some(health) => health,
             None => self.check(provider).await,
@@ -189,5 +198,49 @@ impl ProviderRegistry {
         let provider = self.get(name)?;
         let health = self.health_of(provider, max_age).await;
         Some(self.summary(provider, health))
+    }
+}
+
+impl crate::ControlPlane {
+    /// `GET /providers/{name}`.
+    pub async fn provider_detail(&self, name: &str) -> Result<ProviderDetail, svc_core::Error> {
+        let not_found = || svc_core::Error::not_found(svc_core::error::Resource::Provider, name);
+        let provider = self.providers().get(name).ok_or_else(not_found)?;
+        let health = self
+            .providers()
+            .summary_of(name, HEALTH_MAX_AGE)
+            .await
+            .ok_or_else(not_found)?;
+        let sandbox_count = self.store().count_sandboxes_on_provider(name).await?;
+        Ok(ProviderDetail {
+            name: name.to_owned(),
+            healthy: health.healthy,
+            default: health.default,
+            sandbox_count,
+            config: provider.config_summary(),
+            health,
+        })
+    }
+
+    /// `POST /providers/test`: checks every provider now; name to healthy.
+    pub async fn test_providers(&self) -> std::collections::BTreeMap<String, bool> {
+        self.providers()
+            .summaries(Duration::ZERO)
+            .await
+            .into_iter()
+            .map(|summary| (summary.name, summary.healthy))
+            .collect()
+    }
+
+    /// `GET /snapshots`: every provider's cached root filesystems.
+    pub async fn snapshots(&self) -> Result<Vec<svc_provider::SnapshotInfo>, svc_core::Error> {
+        let mut snapshots = Vec::new();
+        for provider in self.providers().all() {
+            let listed = provider.snapshots().await.map_err(|e| {
+                crate::provider_errors::provider_error(provider.name(), "list snapshots", e)
+            })?;
+            snapshots.extend(listed);
+        }
+        Ok(snapshots)
     }
 }

@@ -10,7 +10,12 @@ use crate::{ControlPlane, Principal};
 
 /// Runs until `cancel` fires.
 pub(crate) async fn run(plane: ControlPlane, cancel: CancellationToken) {
-    let interval = plane.config().defaults.reap_interval.as_std().max(Duration::from_millis(10));
+    let interval = plane
+        .config()
+        .defaults
+        .reap_interval
+        .as_std()
+        .max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -135,9 +135,11 @@ impl ControlPlane {
         let defaults = &self.config().defaults;
         let template = match (template, &request.template) {
             (Some(template), _) => Some(template),
-            (None, Some(name)) => Some(self.store().get_template(name).await?.ok_or_else(|| {
-                Error::invalid("template", format!("template {name:?} does not exist"))
-            })?),
+            (None, Some(name)) => {
+                Some(self.store().get_template(name).await?.ok_or_else(|| {
+                    Error::invalid("template", format!("template {name:?} does not exist"))
+                })?)
+            }
             (None, None) => None,
         };
         let owner = Self::resolve_owner(principal, request.owner_id.as_deref())?;
@@ -156,10 +158,11 @@ impl ControlPlane {
             .or_else(|| template.as_ref().map(|t| t.image.clone()))
             .unwrap_or_else(|| defaults.image.clone());
         check_image(&image)?;
-        let default_memory = template.as_ref().map_or(
-            u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX),
-            |t| t.memory_mb,
-        );
+        let default_memory = template
+            .as_ref()
+            .map_or(u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX), |t| {
+                t.memory_mb
+            });
         let memory_mb = positive("memory_mb", request.memory_mb, default_memory)?;
         let default_vcpus = template.as_ref().map_or(defaults.vcpus, |t| t.vcpus);
         let vcpus = positive("vcpus", request.vcpus, default_vcpus)?;
@@ -240,7 +243,8 @@ impl ControlPlane {
                     let mut data = Map::new();
                     data.insert("reason".into(), json!(reason.as_str()));
                     data.insert("owner_id".into(), json!(resolved.owner));
-                    self.events().publish(EventType::ResourceLimit, "", Some(data));
+                    self.events()
+                        .publish(EventType::ResourceLimit, "", Some(data));
                 }
                 return Err(err);
             }
@@ -310,7 +314,8 @@ impl ControlPlane {
         let id = sandbox.id.as_str();
         let mut data = sandbox_event_data(sandbox, None);
         data.insert("error".into(), json!(err.public_message()));
-        self.events().publish(EventType::SandboxError, id, Some(data));
+        self.events()
+            .publish(EventType::SandboxError, id, Some(data));
         let failure = failure_data("spawn", &sandbox.provider, err);
         self.events()
             .publish(EventType::OperationFailed, id, Some(failure.clone()));
@@ -381,16 +386,21 @@ impl ControlPlane {
     }
 
     /// Removes the runtime, then marks the record destroyed and publishes `sandbox.destroyed`.
-    pub(crate) async fn destroy(&self, sandbox: &Sandbox, reason: Option<&str>) -> Result<(), Error> {
+    pub(crate) async fn destroy(
+        &self,
+        sandbox: &Sandbox,
+        reason: Option<&str>,
+    ) -> Result<(), Error> {
         if !sandbox.is_active() {
             return Ok(());
         }
-        let provider = self.providers().get(&sandbox.provider).ok_or_else(|| {
-            Error::ProviderUnavailable {
-                provider: sandbox.provider.clone(),
-                message: "provider is not enabled on this server".to_owned(),
-            }
-        })?;
+        let provider =
+            self.providers()
+                .get(&sandbox.provider)
+                .ok_or_else(|| Error::ProviderUnavailable {
+                    provider: sandbox.provider.clone(),
+                    message: "provider is not enabled on this server".to_owned(),
+                })?;
         if let Err(err) = provider.destroy(&sandbox.id).await {
             let err = provider_error(provider.name(), "destroy", err);
             let failure = failure_data("destroy", &sandbox.provider, &err);
@@ -402,7 +412,11 @@ impl ControlPlane {
             return Err(err);
         }
         let now = self.clock().now();
-        if let Some(destroyed) = self.store().mark_sandbox_destroyed(&sandbox.id, now).await? {
+        if let Some(destroyed) = self
+            .store()
+            .mark_sandbox_destroyed(&sandbox.id, now)
+            .await?
+        {
             self.events().publish(
                 EventType::SandboxDestroyed,
                 destroyed.id.as_str(),

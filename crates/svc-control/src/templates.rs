@@ -28,7 +28,10 @@ impl ControlPlane {
         }
         let image = spec.image.unwrap_or_else(|| defaults.image.clone());
         if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-            return Err(Error::invalid("image", "must be a non-empty image reference without whitespace"));
+            return Err(Error::invalid(
+                "image",
+                "must be a non-empty image reference without whitespace",
+            ));
         }
         let memory_mb = match spec.memory_mb {
             Some(0) => return Err(Error::invalid("memory_mb", "must be at least 1")),
@@ -91,7 +94,10 @@ impl ControlPlane {
     /// `PUT /templates/{name}`: replaces every field (omitted ones take the defaults).
     pub async fn update_template(&self, name: &str, spec: TemplateSpec) -> Result<Template, Error> {
         if spec.name.as_deref().is_some_and(|n| n != name) {
-            return Err(Error::invalid("name", "cannot be changed; it is taken from the path"));
+            return Err(Error::invalid(
+                "name",
+                "cannot be changed; it is taken from the path",
+            ));
         }
         let existing = self.get_template(name).await?;
         let template = self.build_template(existing.name, spec, self.clock().now())?;

@@ -69,14 +69,20 @@ impl ManualClock {
 
     /// Moves the clock forward.
     pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *now = add_duration(*now, by);
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -89,7 +95,10 @@ mod tests {
         let start = Utc::now();
         let clock = ManualClock::new(start);
         clock.advance(Duration::from_secs(90));
-        assert_eq!(elapsed_between(truncate_to_micros(start), clock.now()), Duration::from_secs(90));
+        assert_eq!(
+            elapsed_between(truncate_to_micros(start), clock.now()),
+            Duration::from_secs(90)
+        );
     }
 
     #[test]

@@ -29,7 +29,9 @@ pub enum DurationError {
     #[error("invalid duration {0:?}: negative durations are not allowed")]
     Negative(String),
     /// Not Go duration syntax.
-    #[error("invalid duration {0:?}: expected a number with a unit such as 300ms, 30s, 5m or 1h30m")]
+    #[error(
+        "invalid duration {0:?}: expected a number with a unit such as 300ms, 30s, 5m or 1h30m"
+    )]
     Syntax(String),
     /// A unit that Go does not know.
     #[error("invalid duration {input:?}: unknown unit {unit:?} (allowed: ns, us, ms, s, m, h)")]
@@ -316,10 +318,15 @@ mod tests {
 
     #[test]
     fn rejects_bad_input() {
-        for input in ["", "-1s", "-0s", "1", "s", "1x", "1.5", "1s2", "abc", " 1s", "1 s", "..5s", "+"] {
+        for input in [
+            "", "-1s", "-0s", "1", "s", "1x", "1.5", "1s2", "abc", " 1s", "1 s", "..5s", "+",
+        ] {
             assert!(GoDuration::parse(input).is_err(), "{input:?} was accepted");
         }
-        assert!(matches!(GoDuration::parse("-5m"), Err(DurationError::Negative(_))));
+        assert!(matches!(
+            GoDuration::parse("-5m"),
+            Err(DurationError::Negative(_))
+        ));
         assert!(matches!(
             GoDuration::parse("3d"),
             Err(DurationError::UnknownUnit { .. })

@@ -209,9 +209,9 @@ impl Error {
     /// The category, which decides status and code.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::InvalidInput { .. } | Error::MalformedBody { .. } | Error::UnknownProvider { .. } => {
-                ErrorKind::BadRequest
-            }
+            Error::InvalidInput { .. }
+            | Error::MalformedBody { .. }
+            | Error::UnknownProvider { .. } => ErrorKind::BadRequest,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. } | Error::SandboxDestroyed { .. } => ErrorKind::Conflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
@@ -270,8 +270,12 @@ mod tests {
             enabled: vec!["mock".into(), "docker".into()],
         };
         assert_eq!(err.kind().code(), "bad_request");
-        assert_eq!(err.to_string(), "unknown provider \"nope\"; enabled providers: mock, docker");
-        let internal = Error::internal("saving sandbox", std::io::Error::other("disk: secret path"));
+        assert_eq!(
+            err.to_string(),
+            "unknown provider \"nope\"; enabled providers: mock, docker"
+        );
+        let internal =
+            Error::internal("saving sandbox", std::io::Error::other("disk: secret path"));
         assert_eq!(internal.kind(), ErrorKind::Internal);
         assert!(!internal.public_message().contains("secret"));
     }

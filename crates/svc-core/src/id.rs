@@ -89,7 +89,15 @@ mod tests {
 
     #[test]
     fn rejects_malformed_ids() {
-        for bad in ["", "sb-", "sb-0123456789ABCDEF", "sb-0123456789abcde", "xx-0123456789abcdef", "sb-0123456789abcdefa", "sb-../../etc/passwd"] {
+        for bad in [
+            "",
+            "sb-",
+            "sb-0123456789ABCDEF",
+            "sb-0123456789abcde",
+            "xx-0123456789abcdef",
+            "sb-0123456789abcdefa",
+            "sb-../../etc/passwd",
+        ] {
             assert!(SandboxId::parse(bad).is_err(), "{bad}");
         }
     }

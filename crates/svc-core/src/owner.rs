@@ -78,11 +78,21 @@ mod tests {
     #[test]
     fn validates_owner_ids() {
         assert_eq!(OwnerId::parse("  alice ").unwrap().as_str(), "alice");
-        assert_eq!(OwnerId::parse(&"a".repeat(128)).unwrap().as_str().len(), 128);
-        assert_eq!(OwnerId::parse(&"a".repeat(129)), Err(InvalidOwnerId::TooLong));
+        assert_eq!(
+            OwnerId::parse(&"a".repeat(128)).unwrap().as_str().len(),
+            128
+        );
+        assert_eq!(
+            OwnerId::parse(&"a".repeat(129)),
+            Err(InvalidOwnerId::TooLong)
+        );
         assert_eq!(OwnerId::parse("   "), Err(InvalidOwnerId::Empty));
         for bad in ["a b", "a/b", "a\\b", "a\u{7}b", "a\tb", "a\u{a0}b"] {
-            assert_eq!(OwnerId::parse(bad), Err(InvalidOwnerId::ForbiddenCharacter), "{bad:?}");
+            assert_eq!(
+                OwnerId::parse(bad),
+                Err(InvalidOwnerId::ForbiddenCharacter),
+                "{bad:?}"
+            );
         }
     }
 

@@ -103,10 +103,20 @@ mod tests {
             ("/a/b/..", "/a"),
         ];
         for (input, expected) in cases {
-            assert_eq!(SandboxPath::parse(input).unwrap().as_str(), expected, "{input}");
+            assert_eq!(
+                SandboxPath::parse(input).unwrap().as_str(),
+                expected,
+                "{input}"
+            );
         }
-        assert!(matches!(SandboxPath::parse("a/b"), Err(InvalidPath::Relative(_))));
-        assert!(matches!(SandboxPath::parse(""), Err(InvalidPath::Relative(_))));
+        assert!(matches!(
+            SandboxPath::parse("a/b"),
+            Err(InvalidPath::Relative(_))
+        ));
+        assert!(matches!(
+            SandboxPath::parse(""),
+            Err(InvalidPath::Relative(_))
+        ));
         assert_eq!(SandboxPath::parse("/a\0b"), Err(InvalidPath::Nul));
     }
 
@@ -116,7 +126,10 @@ mod tests {
         assert_eq!(p.file_name(), "c.txt");
         assert_eq!(p.parent().as_str(), "/a/b");
         assert_eq!(p.relative(), "a/b/c.txt");
-        assert_eq!(SandboxPath::parse("/a").unwrap().parent(), SandboxPath::root());
+        assert_eq!(
+            SandboxPath::parse("/a").unwrap().parent(),
+            SandboxPath::root()
+        );
         assert_eq!(SandboxPath::root().join("x").as_str(), "/x");
     }
 }

@@ -68,7 +68,10 @@ pub struct TemplateSpawnRequest {
 /// Validates a template name: 1..=128 characters of `[A-Za-z0-9._-]`, starting alphanumerically,
 /// so it is safe in a URL path segment.
 pub fn validate_template_name(name: &str) -> Result<(), String> {
-    let valid_start = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let valid_start = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
     let valid_chars = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));

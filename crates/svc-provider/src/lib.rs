@@ -11,6 +11,12 @@ pub mod mock;
 mod provider;
 
 pub use error::ProviderError;
-pub use exec::{ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, OutputStream, Signal, StdStream, TtySize};
+pub use exec::{
+    ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, OutputStream, Signal, StdStream,
+    TtySize,
+};
 pub use files::{ByteStream, FileInfo};
-pub use provider::{Provider, RuntimeInfo, RuntimeStatus, SnapshotInfo, SpawnSpec, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER};
+pub use provider::{
+    Provider, RuntimeInfo, RuntimeStatus, SnapshotInfo, SpawnSpec, LABEL_MANAGED, LABEL_OWNER,
+    LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER,
+};

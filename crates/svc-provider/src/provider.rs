@@ -63,7 +63,7 @@ pub enum RuntimeStatus {
 }
 
 /// A cached root filesystem (`GET /snapshots`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct SnapshotInfo {
     /// Image it was built from.
     pub image: String,
@@ -72,6 +72,7 @@ pub struct SnapshotInfo {
     /// Size in bytes.
     pub size: u64,
     /// When it was built.
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
 }
 

@@ -40,6 +40,9 @@ pub trait Store: Send + Sync + 'static {
     /// Number of sandboxes that are not destroyed, optionally of one owner.
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64>;
 
+    /// Number of sandboxes that are not destroyed on one provider.
+    async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64>;
+
     /// Moves a sandbox that is not yet destroyed to `destroyed`. Returns the updated record, or
     /// `None` when it does not exist or was already destroyed (so exactly one caller wins).
     async fn mark_sandbox_destroyed(

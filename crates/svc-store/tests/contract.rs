@@ -54,7 +54,10 @@ fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
         vcpus: 1,
         created_at: created,
         expires_at: add_duration(created, Duration::from_secs(1800)),
-        metadata: BTreeMap::from([("team".into(), "ml".into()), ("unicode".into(), "héllo ✓".into())]),
+        metadata: BTreeMap::from([
+            ("team".into(), "ml".into()),
+            ("unicode".into(), "héllo ✓".into()),
+        ]),
         worker_id: Some("local".into()),
         tenant_id: "default".into(),
         owner_id: owner.into(),
@@ -83,9 +86,21 @@ async fn sandbox_round_trips(store: &dyn Store) {
     let sb = sandbox("alice", "mock", at(0));
     store.insert_sandbox(&sb).await.unwrap();
     assert_eq!(store.get_sandbox(&sb.id).await.unwrap(), Some(sb.clone()));
-    assert_eq!(store.get_sandbox(&SandboxId::generate()).await.unwrap(), None);
+    assert_eq!(
+        store.get_sandbox(&SandboxId::generate()).await.unwrap(),
+        None
+    );
     let err = store.insert_sandbox(&sb).await.unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { entity: "sandbox", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                entity: "sandbox",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 async fn list_filters_and_orders_newest_first(store: &dyn Store) {
@@ -97,44 +112,100 @@ async fn list_filters_and_orders_newest_first(store: &dyn Store) {
     }
     store.mark_sandbox_destroyed(&b.id, at(4)).await.unwrap();
     let ids = |list: Vec<Sandbox>| list.into_iter().map(|s| s.id).collect::<Vec<_>>();
-    let all_active = store.list_sandboxes(&SandboxFilter::default()).await.unwrap();
+    let all_active = store
+        .list_sandboxes(&SandboxFilter::default())
+        .await
+        .unwrap();
     assert_eq!(ids(all_active), vec![c.id.clone(), a.id.clone()]);
     let everything = SandboxFilter {
         state: StateFilter::All,
         ..SandboxFilter::default()
     };
-    assert_eq!(ids(store.list_sandboxes(&everything).await.unwrap()), vec![c.id.clone(), b.id.clone(), a.id.clone()]);
+    assert_eq!(
+        ids(store.list_sandboxes(&everything).await.unwrap()),
+        vec![c.id.clone(), b.id.clone(), a.id.clone()]
+    );
     let destroyed = SandboxFilter {
         state: StateFilter::Only(SandboxState::Destroyed),
         ..SandboxFilter::default()
     };
-    assert_eq!(ids(store.list_sandboxes(&destroyed).await.unwrap()), vec![b.id.clone()]);
+    assert_eq!(
+        ids(store.list_sandboxes(&destroyed).await.unwrap()),
+        vec![b.id.clone()]
+    );
     let alice_docker = SandboxFilter {
         owner_id: Some("alice".into()),
         provider: Some("docker".into()),
         ..SandboxFilter::default()
     };
-    assert_eq!(ids(store.list_sandboxes(&alice_docker).await.unwrap()), vec![c.id.clone()]);
+    assert_eq!(
+        ids(store.list_sandboxes(&alice_docker).await.unwrap()),
+        vec![c.id.clone()]
+    );
     let other_tenant = SandboxFilter {
         tenant_id: Some("acme".into()),
         ..SandboxFilter::default()
     };
-    assert!(store.list_sandboxes(&other_tenant).await.unwrap().is_empty());
+    assert!(store
+        .list_sandboxes(&other_tenant)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 2);
-    assert_eq!(store.count_active_sandboxes(Some("alice")).await.unwrap(), 2);
+    assert_eq!(
+        store.count_active_sandboxes(Some("alice")).await.unwrap(),
+        2
+    );
     assert_eq!(store.count_active_sandboxes(Some("bob")).await.unwrap(), 0);
+    assert_eq!(
+        store.count_sandboxes_on_provider("docker").await.unwrap(),
+        1
+    );
+    assert_eq!(store.count_sandboxes_on_provider("mock").await.unwrap(), 1);
+    assert_eq!(
+        store
+            .count_sandboxes_on_provider("firecracker")
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 async fn destroy_happens_once(store: &dyn Store) {
     let sb = sandbox("", "mock", at(0));
     store.insert_sandbox(&sb).await.unwrap();
-    let destroyed = store.mark_sandbox_destroyed(&sb.id, at(10)).await.unwrap().unwrap();
+    let destroyed = store
+        .mark_sandbox_destroyed(&sb.id, at(10))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(destroyed.state, SandboxState::Destroyed);
     assert_eq!(destroyed.destroyed_at, Some(at(10)));
-    assert_eq!(store.mark_sandbox_destroyed(&sb.id, at(11)).await.unwrap(), None);
-    assert_eq!(store.mark_sandbox_destroyed(&SandboxId::generate(), at(11)).await.unwrap(), None);
-    assert_eq!(store.get_sandbox(&sb.id).await.unwrap().unwrap().destroyed_at, Some(at(10)));
-    assert_eq!(store.set_sandbox_expiry(&sb.id, at(99)).await.unwrap(), None, "destroyed sandboxes cannot be extended");
+    assert_eq!(
+        store.mark_sandbox_destroyed(&sb.id, at(11)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .mark_sandbox_destroyed(&SandboxId::generate(), at(11))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .get_sandbox(&sb.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .destroyed_at,
+        Some(at(10))
+    );
+    assert_eq!(
+        store.set_sandbox_expiry(&sb.id, at(99)).await.unwrap(),
+        None,
+        "destroyed sandboxes cannot be extended"
+    );
 }
 
 async fn expiry_and_purge(store: &dyn Store) {
@@ -144,25 +215,57 @@ async fn expiry_and_purge(store: &dyn Store) {
     store.insert_sandbox(&early).await.unwrap();
     store.insert_sandbox(&late).await.unwrap();
     let expired = store.list_expired_sandboxes(at(1800)).await.unwrap();
-    assert_eq!(expired.iter().map(|s| &s.id).collect::<Vec<_>>(), vec![&early.id]);
-    let extended = store.set_sandbox_expiry(&early.id, at(9000)).await.unwrap().unwrap();
+    assert_eq!(
+        expired.iter().map(|s| &s.id).collect::<Vec<_>>(),
+        vec![&early.id]
+    );
+    let extended = store
+        .set_sandbox_expiry(&early.id, at(9000))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(extended.expires_at, at(9000));
-    assert!(store.list_expired_sandboxes(at(1800)).await.unwrap().is_empty());
-    store.mark_sandbox_destroyed(&early.id, at(100)).await.unwrap();
+    assert!(store
+        .list_expired_sandboxes(at(1800))
+        .await
+        .unwrap()
+        .is_empty());
+    store
+        .mark_sandbox_destroyed(&early.id, at(100))
+        .await
+        .unwrap();
     assert_eq!(store.purge_destroyed_before(at(100)).await.unwrap(), 0);
     assert_eq!(store.purge_destroyed_before(at(101)).await.unwrap(), 1);
     assert_eq!(store.get_sandbox(&early.id).await.unwrap(), None);
-    assert!(store.get_sandbox(&late.id).await.unwrap().is_some(), "running sandboxes are never purged");
+    assert!(
+        store.get_sandbox(&late.id).await.unwrap().is_some(),
+        "running sandboxes are never purged"
+    );
 }
 
 async fn template_crud(store: &dyn Store) {
     let t = template("py");
     store.insert_template(&t).await.unwrap();
     let err = store.insert_template(&t).await.unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { entity: "template", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                entity: "template",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(store.get_template("py").await.unwrap(), Some(t.clone()));
     store.insert_template(&template("alpha")).await.unwrap();
-    let names: Vec<_> = store.list_templates().await.unwrap().into_iter().map(|t| t.name).collect();
+    let names: Vec<_> = store
+        .list_templates()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
     assert_eq!(names, ["alpha", "py"]);
     let mut changed = t.clone();
     changed.image = "node:22".into();
@@ -172,7 +275,10 @@ async fn template_crud(store: &dyn Store) {
     assert_eq!(stored.image, "node:22");
     assert_eq!(stored.created_at, t.created_at, "update keeps created_at");
     assert_eq!(stored.updated_at, at(60));
-    assert_eq!(store.update_template(&template("missing")).await.unwrap(), None);
+    assert_eq!(
+        store.update_template(&template("missing")).await.unwrap(),
+        None
+    );
     assert!(store.delete_template("py").await.unwrap());
     assert!(!store.delete_template("py").await.unwrap());
     assert_eq!(store.get_template("py").await.unwrap(), None);
@@ -182,7 +288,12 @@ async fn concurrent_writes_are_all_kept(store: &dyn Store) {
     let sandboxes: Vec<_> = (0..64).map(|i| sandbox("", "mock", at(i))).collect();
     futures_join_all(sandboxes.iter().map(|sb| store.insert_sandbox(sb))).await;
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 64);
-    let destroyed = futures_join_all(sandboxes.iter().map(|sb| store.mark_sandbox_destroyed(&sb.id, at(100)))).await;
+    let destroyed = futures_join_all(
+        sandboxes
+            .iter()
+            .map(|sb| store.mark_sandbox_destroyed(&sb.id, at(100))),
+    )
+    .await;
     assert_eq!(destroyed.into_iter().filter(|r| r.is_some()).count(), 64);
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 0);
 }
@@ -255,7 +366,9 @@ async fn sqlite_persists_across_reopen_and_refuses_newer_schema() {
         .unwrap()
         .pragma_update(None, "user_version", 999)
         .unwrap();
-    let err = SqliteStore::open(&path).await.err().expect("newer schema must be refused");
+    let err = SqliteStore::open(&path)
+        .await
+        .err()
+        .expect("newer schema must be refused");
     assert!(matches!(err, StoreError::Migration { .. }), "{err:?}");
 }
-

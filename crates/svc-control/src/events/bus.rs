@@ -105,7 +105,11 @@ impl EventBus {
         // No receivers is not an error: events still go to history.
         let _ = self.sender.send(Arc::clone(&event));
         drop(history);
-        tracing::debug!(event_type = event_type.as_str(), sandbox_id, "event published");
+        tracing::debug!(
+            event_type = event_type.as_str(),
+            sandbox_id,
+            "event published"
+        );
         event
     }
 

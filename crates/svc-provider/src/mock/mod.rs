@@ -209,7 +209,10 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, b"x").unwrap();
         let mock = MockProvider::new(file.join("mock"));
-        assert!(matches!(mock.health().await, Err(ProviderError::Unavailable { .. })));
+        assert!(matches!(
+            mock.health().await,
+            Err(ProviderError::Unavailable { .. })
+        ));
         assert!(mock.spawn(&spec()).await.is_err());
     }
 }

@@ -11,7 +11,8 @@ use svc_core::{GoDuration, SandboxId, Timestamp};
 
 use crate::{StoreError, StoreResult};
 
-pub(super) const SANDBOX_COLUMNS: &str = "id, state, provider, image, memory_mb, vcpus, created_at, \
+pub(super) const SANDBOX_COLUMNS: &str =
+    "id, state, provider, image, memory_mb, vcpus, created_at, \
     expires_at, destroyed_at, metadata, env, preview_domain, worker_id, tenant_id, owner_id, \
     template, network";
 
@@ -30,9 +31,7 @@ fn timestamp(entity: &'static str, key: &str, value: i64) -> StoreResult<Timesta
     })
 }
 
-pub(super) fn backend(
-    operation: &'static str,
-) -> impl Fn(rusqlite::Error) -> StoreError + Copy {
+pub(super) fn backend(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + Copy {
     move |err| StoreError::Backend {
         operation,
         source: err.into(),

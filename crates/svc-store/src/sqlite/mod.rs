@@ -134,11 +134,17 @@ impl Store for SqliteStore {
                 }
                 values.extend([filter.owner_id, filter.provider, filter.tenant_id]);
                 let rows = stmt
-                    .query_map(rusqlite::params_from_iter(values.iter()), codec::SandboxRow::read)
+                    .query_map(
+                        rusqlite::params_from_iter(values.iter()),
+                        codec::SandboxRow::read,
+                    )
                     .map_err(codec::backend("list_sandboxes"))?;
                 let mut sandboxes = Vec::new();
                 for row in rows {
-                    sandboxes.push(row.map_err(codec::backend("list_sandboxes"))?.into_domain()?);
+                    sandboxes.push(
+                        row.map_err(codec::backend("list_sandboxes"))?
+                            .into_domain()?,
+                    );
                 }
                 Ok(sandboxes)
             })
@@ -156,6 +162,22 @@ impl Store for SqliteStore {
                         |row| row.get(0),
                     )
                     .map_err(codec::backend("count_active_sandboxes"))?;
+                Ok(u64::try_from(count).unwrap_or(0))
+            })
+            .await
+    }
+
+    async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64> {
+        let provider = provider.to_owned();
+        self.connections
+            .read("count_sandboxes_on_provider", move |conn| {
+                let count: i64 = conn
+                    .query_row(
+                        "SELECT COUNT(*) FROM sandboxes WHERE state != 'destroyed' AND provider = ?1",
+                        [&provider],
+                        |row| row.get(0),
+                    )
+                    .map_err(codec::backend("count_sandboxes_on_provider"))?;
                 Ok(u64::try_from(count).unwrap_or(0))
             })
             .await
@@ -291,7 +313,10 @@ impl Store for SqliteStore {
                     .map_err(codec::backend("list_templates"))?;
                 let mut templates = Vec::new();
                 for row in rows {
-                    templates.push(row.map_err(codec::backend("list_templates"))?.into_domain()?);
+                    templates.push(
+                        row.map_err(codec::backend("list_templates"))?
+                            .into_domain()?,
+                    );
                 }
                 Ok(templates)
             })

@@ -1,0 +1,93 @@
+//! Extractors whose rejections are service errors: JSON bodies that name the offending field,
+//! queries, and the caller.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use svc_control::{ControlPlane, Principal};
+use svc_core::{Error, OwnerId};
+
+use crate::ApiError;
+
+/// A JSON body. An empty body is read as `{}`, so routes whose body is optional accept none.
+pub(crate) struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<ControlPlane> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &ControlPlane) -> Result<Self, Self::Rejection> {
+        let limit = state.config().server.max_body_bytes;
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                Error::PayloadTooLarge { limit_bytes: limit }
+            } else {
+                Error::MalformedBody {
+                    message: rejection.body_text(),
+                }
+            }
+        })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
+        serde_path_to_error::deserialize(deserializer)
+            .map(ApiJson)
+            .map_err(|err| {
+                let path = err.path().to_string();
+                let inner = err.into_inner();
+                let message = if path == "." || path.is_empty() {
+                    format!("invalid JSON: {inner}")
+                } else {
+                    format!("field {path}: {inner}")
+                };
+                ApiError(Error::MalformedBody { message })
+            })
+    }
+}
+
+/// A query string.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| ApiQuery(value))
+            .map_err(|rejection| ApiError(Error::invalid("query", rejection.body_text())))
+    }
+}
+
+/// The authenticated caller. Until authentication lands, every caller is the anonymous admin
+/// (decisions §5); `X-User-ID` selects the owner and is validated here.
+pub(crate) struct Caller(pub Principal);
+
+/// The owner header.
+pub(crate) const USER_ID_HEADER: &str = "x-user-id";
+
+impl FromRequestParts<ControlPlane> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &ControlPlane,
+    ) -> Result<Self, Self::Rejection> {
+        let owner = match parts.headers.get(USER_ID_HEADER) {
+            None => None,
+            Some(value) => {
+                let text = std::str::from_utf8(value.as_bytes())
+                    .map_err(|_| Error::invalid("X-User-ID", "header must be UTF-8"))?;
+                Some(
+                    OwnerId::parse(text)
+                        .map_err(|e| Error::invalid("X-User-ID", format!("header invalid: {e}")))?,
+                )
+            }
+        };
+        Ok(Caller(Principal::anonymous(owner)))
+    }
+}

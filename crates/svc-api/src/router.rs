@@ -1,0 +1,74 @@
+//! The router: every API route under `/api/v1`, JSON errors for unknown routes and methods,
+//! the body limit, CORS and request observation.
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{header, HeaderValue};
+use axum::routing::get;
+use axum::Router;
+use svc_control::ControlPlane;
+use svc_core::error::Resource;
+use svc_core::Error;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::openapi::{render, ApiDoc, OpenApiFormat};
+use crate::{routes, ApiError};
+
+/// Every documented route, relative to the server root.
+pub(crate) fn api_router() -> OpenApiRouter<ControlPlane> {
+    let api = OpenApiRouter::new()
+        .merge(routes::system::routes())
+        .merge(routes::sandboxes::routes())
+        .merge(routes::templates::routes())
+        .merge(routes::providers::routes())
+        .merge(routes::events::routes());
+    OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
+}
+
+async fn route_not_found(request: Request) -> ApiError {
+    ApiError(Error::not_found(Resource::Route, request.uri().path()))
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError(Error::MethodNotAllowed {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+    })
+}
+
+fn cors(origins: &[String]) -> CorsLayer {
+    let layer = CorsLayer::new().allow_methods(Any).allow_headers(Any);
+    if origins.is_empty() || origins.iter().any(|o| o == "*") {
+        return layer.allow_origin(Any).expose_headers(Any);
+    }
+    let origins: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
+    layer.allow_origin(AllowOrigin::list(origins))
+}
+
+/// The whole HTTP application for `plane`.
+pub fn router(plane: ControlPlane) -> Router {
+    let (api, document) = api_router().split_for_parts();
+    let json = Bytes::from(render(&document, OpenApiFormat::Json));
+    let yaml = Bytes::from(render(&document, OpenApiFormat::Yaml));
+    let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);
+    let cors = cors(&plane.config().server.cors_allowed_origins);
+    api.route(
+        "/api/v1/openapi.json",
+        get(move || async move { ([(header::CONTENT_TYPE, "application/json")], json) }),
+    )
+    .route(
+        "/api/v1/openapi.yaml",
+        get(move || async move { ([(header::CONTENT_TYPE, "application/yaml")], yaml) }),
+    )
+    .fallback(route_not_found)
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(DefaultBodyLimit::max(max_body))
+    .with_state(plane)
+    .layer(cors)
+    .layer(axum::middleware::from_fn(crate::observe::observe))
+}

@@ -1,0 +1,77 @@
+//! `GET /events`: server-sent events (decisions §12). The subscription is taken before the
+//! response is returned, so every event published after a client has its 200 reaches it.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::Stream;
+use serde::Deserialize;
+use svc_control::{ControlPlane, EventFilter};
+use svc_core::Error;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::extract::ApiQuery;
+use crate::{ApiError, ErrorBody};
+
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// `GET /events` query.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct EventsQuery {
+    /// Comma-separated event types to deliver.
+    types: Option<String>,
+    /// Only this sandbox's events.
+    sandbox_id: Option<String>,
+    /// Replays history after this event ID (same as the `Last-Event-ID` header).
+    last_event_id: Option<String>,
+}
+
+/// Lifecycle events as `text/event-stream`; each message is `id:` plus a JSON `data:` line.
+#[utoipa::path(get, path = "/events", tag = "events", params(EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Replay events after this ID")),
+    responses((status = 200, description = "Event stream", content_type = "text/event-stream", body = svc_core::event::Event),
+        (status = 400, description = "Unknown event type", body = ErrorBody)))]
+async fn events(
+    State(plane): State<ControlPlane>,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let types = match query.types.as_deref() {
+        Some(list) => EventFilter::parse_types(list).map_err(|m| Error::invalid("types", m))?,
+        None => Default::default(),
+    };
+    let filter = EventFilter {
+        types,
+        sandbox_id: query.sandbox_id.filter(|s| !s.is_empty()),
+    };
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(query.last_event_id);
+    let subscription = plane.events().subscribe(filter, last_event_id.as_deref());
+    let shutdown = plane.shutdown_token().clone();
+    let stream = futures::stream::unfold(subscription, move |mut subscription| {
+        let shutdown = shutdown.clone();
+        async move {
+            // Open streams end on shutdown so graceful shutdown does not wait for them.
+            let event = tokio::select! {
+                event = subscription.next() => event?,
+                () = shutdown.cancelled() => return None,
+            };
+            let json = serde_json::to_string(event.as_ref()).unwrap_or_default();
+            let sse = SseEvent::default().id(event.id.clone()).data(json);
+            Some((Ok(sse), subscription))
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" ping")))
+}
+
+pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
+    OpenApiRouter::new().routes(routes!(events))
+}

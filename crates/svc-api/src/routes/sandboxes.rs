@@ -1,0 +1,135 @@
+//! `/sandboxes`: spawn, list, get, destroy, prune, extend.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use svc_control::{ControlPlane, ListSandboxes};
+use svc_core::sandbox::{ExtendRequest, Sandbox, SpawnRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::StatusBody;
+use crate::extract::{ApiJson, ApiQuery, Caller};
+use crate::{ApiError, ErrorBody};
+
+/// `GET /sandboxes` query.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ListQuery {
+    /// `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed.
+    state: Option<String>,
+    /// Only this owner's sandboxes.
+    owner_id: Option<String>,
+    /// Only this provider's sandboxes.
+    provider: Option<String>,
+}
+
+/// `DELETE /sandboxes` body.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct PruneBody {
+    /// How many expired sandboxes were destroyed.
+    pruned: u64,
+}
+
+/// Spawns a sandbox.
+#[utoipa::path(post, path = "/sandboxes", tag = "sandboxes",
+    request_body = SpawnRequest,
+    params(("X-User-ID" = Option<String>, Header, description = "Owner; overrides owner_id")),
+    responses(
+        (status = 201, description = "Running sandbox", body = Sandbox),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 429, description = "Quota or capacity exceeded", body = ErrorBody),
+        (status = 500, description = "Provider failed", body = ErrorBody),
+        (status = 503, description = "Provider unavailable", body = ErrorBody)))]
+async fn spawn(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    ApiJson(request): ApiJson<SpawnRequest>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    let sandbox = plane.spawn_sandbox(&principal, request).await?;
+    Ok((StatusCode::CREATED, Json(sandbox)))
+}
+
+/// Lists sandboxes, newest first.
+#[utoipa::path(get, path = "/sandboxes", tag = "sandboxes", params(ListQuery),
+    responses((status = 200, description = "Sandboxes", body = Vec<Sandbox>),
+        (status = 400, description = "Invalid filter", body = ErrorBody)))]
+async fn list(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Vec<Sandbox>>, ApiError> {
+    let query = ListSandboxes {
+        state: query.state,
+        owner_id: query.owner_id,
+        provider: query.provider,
+    };
+    Ok(Json(plane.list_sandboxes(&principal, query).await?))
+}
+
+/// Destroys every expired sandbox now.
+#[utoipa::path(delete, path = "/sandboxes", tag = "sandboxes",
+    responses((status = 200, description = "Number destroyed", body = PruneBody)))]
+async fn prune(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+) -> Result<Json<PruneBody>, ApiError> {
+    let pruned = plane.prune_expired(&principal).await?;
+    Ok(Json(PruneBody { pruned }))
+}
+
+/// One sandbox (destroyed ones too, until `destroyed_retention` passes).
+#[utoipa::path(get, path = "/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses((status = 200, description = "The sandbox", body = Sandbox),
+        (status = 404, description = "No such sandbox", body = ErrorBody)))]
+async fn get(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    Ok(Json(plane.get_sandbox(&principal, &id).await?))
+}
+
+/// Destroys a sandbox; destroying it again answers the same.
+#[utoipa::path(delete, path = "/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses((status = 200, description = "`{\"status\": \"destroyed\"}`", body = StatusBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 500, description = "Provider failed; nothing changed", body = ErrorBody)))]
+async fn destroy(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane.destroy_sandbox(&principal, &id).await?;
+    Ok(Json(StatusBody {
+        status: "destroyed",
+    }))
+}
+
+/// Sets `expires_at` to now + `ttl`, within the maximum TTL counted from creation.
+#[utoipa::path(post, path = "/sandboxes/{id}/extend", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    request_body = ExtendRequest,
+    responses((status = 200, description = "The sandbox with its new expiry", body = Sandbox),
+        (status = 400, description = "Invalid ttl", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox destroyed", body = ErrorBody),
+        (status = 429, description = "Over the maximum TTL", body = ErrorBody)))]
+async fn extend(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<ExtendRequest>,
+) -> Result<Json<Sandbox>, ApiError> {
+    Ok(Json(plane.extend_sandbox(&principal, &id, request).await?))
+}
+
+pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
+    OpenApiRouter::new()
+        .routes(routes!(spawn, list, prune))
+        .routes(routes!(get, destroy))
+        .routes(routes!(extend))
+}

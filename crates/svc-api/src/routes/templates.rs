@@ -1,0 +1,103 @@
+//! `/templates`: CRUD and spawn from a template.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use svc_control::ControlPlane;
+use svc_core::sandbox::Sandbox;
+use svc_core::template::{Template, TemplateSpawnRequest, TemplateSpec};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::StatusBody;
+use crate::extract::{ApiJson, Caller};
+use crate::{ApiError, ErrorBody};
+
+/// Creates a template; omitted fields take the server defaults.
+#[utoipa::path(post, path = "/templates", tag = "templates", request_body = TemplateSpec,
+    responses((status = 201, description = "Created", body = Template),
+        (status = 400, description = "Invalid template", body = ErrorBody),
+        (status = 409, description = "Name exists", body = ErrorBody)))]
+async fn create(
+    State(plane): State<ControlPlane>,
+    ApiJson(spec): ApiJson<TemplateSpec>,
+) -> Result<(StatusCode, Json<Template>), ApiError> {
+    Ok((
+        StatusCode::CREATED,
+        Json(plane.create_template(spec).await?),
+    ))
+}
+
+/// Every template, by name.
+#[utoipa::path(get, path = "/templates", tag = "templates",
+    responses((status = 200, description = "Templates", body = Vec<Template>)))]
+async fn list(State(plane): State<ControlPlane>) -> Result<Json<Vec<Template>>, ApiError> {
+    Ok(Json(plane.list_templates().await?))
+}
+
+/// One template.
+#[utoipa::path(get, path = "/templates/{name}", tag = "templates",
+    params(("name" = String, Path, description = "Template name")),
+    responses((status = 200, description = "The template", body = Template),
+        (status = 404, description = "No such template", body = ErrorBody)))]
+async fn get(
+    State(plane): State<ControlPlane>,
+    Path(name): Path<String>,
+) -> Result<Json<Template>, ApiError> {
+    Ok(Json(plane.get_template(&name).await?))
+}
+
+/// Replaces a template's fields.
+#[utoipa::path(put, path = "/templates/{name}", tag = "templates",
+    params(("name" = String, Path, description = "Template name")),
+    request_body = TemplateSpec,
+    responses((status = 200, description = "Updated", body = Template),
+        (status = 400, description = "Invalid template", body = ErrorBody),
+        (status = 404, description = "No such template", body = ErrorBody)))]
+async fn update(
+    State(plane): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiJson(spec): ApiJson<TemplateSpec>,
+) -> Result<Json<Template>, ApiError> {
+    Ok(Json(plane.update_template(&name, spec).await?))
+}
+
+/// Deletes a template.
+#[utoipa::path(delete, path = "/templates/{name}", tag = "templates",
+    params(("name" = String, Path, description = "Template name")),
+    responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
+        (status = 404, description = "No such template", body = ErrorBody)))]
+async fn delete(
+    State(plane): State<ControlPlane>,
+    Path(name): Path<String>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane.delete_template(&name).await?;
+    Ok(Json(StatusBody { status: "deleted" }))
+}
+
+/// Spawns a sandbox from a template; the body may override `ttl` and `provider`.
+#[utoipa::path(post, path = "/templates/{name}/spawn", tag = "templates",
+    params(("name" = String, Path, description = "Template name"),
+        ("X-User-ID" = Option<String>, Header, description = "Owner")),
+    request_body(content = Option<TemplateSpawnRequest>, description = "Optional overrides"),
+    responses((status = 201, description = "Running sandbox", body = Sandbox),
+        (status = 404, description = "No such template", body = ErrorBody),
+        (status = 429, description = "Quota or capacity exceeded", body = ErrorBody)))]
+async fn spawn(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(name): Path<String>,
+    ApiJson(request): ApiJson<TemplateSpawnRequest>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    let sandbox = plane
+        .spawn_from_template(&principal, &name, request)
+        .await?;
+    Ok((StatusCode::CREATED, Json(sandbox)))
+}
+
+pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(get, update, delete))
+        .routes(routes!(spawn))
+}

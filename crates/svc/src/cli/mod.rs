@@ -1,0 +1,64 @@
+//! The command line (decisions §16): `serve`, `openapi`, `config lint`.
+
+mod config;
+mod openapi;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// svc: self-hosted sandbox orchestration.
+#[derive(Debug, Parser)]
+#[command(name = "svc", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs the service.
+    Serve {
+        /// Configuration file (default: ./svc.yaml when present).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Prints the OpenAPI description of the interface.
+    Openapi {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = openapi::Format::Json)]
+        format: openapi::Format,
+    },
+    /// Configuration tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validates the configuration and prints every finding.
+    Lint {
+        /// Configuration file (default: ./svc.yaml when present).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Also apply the production rules.
+        #[arg(long)]
+        production: bool,
+    },
+}
+
+/// Runs the command line; the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => serve::run(config.as_deref()),
+        Command::Openapi { format } => openapi::run(format),
+        Command::Config {
+            command: ConfigCommand::Lint { config, production },
+        } => config::lint(config.as_deref(), production),
+    }
+}

@@ -1,0 +1,11 @@
+//! The `svc` service binary as a library: configuration loading, wiring of store, providers and
+//! control plane, the HTTP server with graceful shutdown, and the command line. Tests start the
+//! real server through [`start`] on an ephemeral port.
+
+pub mod cli;
+pub mod config_load;
+mod logging;
+mod server;
+mod wiring;
+
+pub use server::{serve_with_listener, start, RunningServer, ShutdownReport};

@@ -1,0 +1,145 @@
+//! The HTTP server's life: start on a listener, serve, and shut down gracefully (decisions §1):
+//! stop accepting, let in-flight requests finish within `server.shutdown_timeout`, stop the
+//! background loops, close the store. Sandboxes are left running for the next start.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use svc_control::ControlPlane;
+use svc_core::config::Config;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::wiring;
+
+/// What shutdown did, for tests and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Background loops that were running and have stopped.
+    pub loops_stopped: usize,
+    /// False when in-flight requests were cut off at the shutdown timeout.
+    pub drained: bool,
+}
+
+/// A server running in the background.
+pub struct RunningServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    plane: ControlPlane,
+    task: JoinHandle<anyhow::Result<ShutdownReport>>,
+}
+
+impl RunningServer {
+    /// The control plane (for tests that inspect state directly).
+    pub fn control_plane(&self) -> &ControlPlane {
+        &self.plane
+    }
+
+    /// Shuts down gracefully and waits for it.
+    pub async fn shutdown(self) -> anyhow::Result<ShutdownReport> {
+        self.plane.shutdown_token().cancel();
+        self.task.await.context("server task panicked")?
+    }
+}
+
+/// Opens the store, builds the control plane and starts serving on `listener`.
+pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<RunningServer> {
+    let config = Arc::new(config);
+    let store = wiring::open_store(&config).await?;
+    let plane = match wiring::control_plane(Arc::clone(&config), Arc::clone(&store)) {
+        Ok(plane) => plane,
+        Err(err) => {
+            store.close().await;
+            return Err(err);
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let providers = plane.providers().summaries(std::time::Duration::ZERO).await;
+    let provider_list: Vec<String> = providers
+        .iter()
+        .map(|p| {
+            let mut label = p.name.clone();
+            if p.default {
+                label.push_str(" (default)");
+            }
+            if !p.healthy {
+                label.push_str(" (unhealthy)");
+            }
+            label
+        })
+        .collect();
+    tracing::info!(
+        "svc {} listening on http://{addr} (store: {} {}, providers: {})",
+        env!("CARGO_PKG_VERSION"),
+        store.backend(),
+        config.database.path,
+        if provider_list.is_empty() {
+            "none".to_owned()
+        } else {
+            provider_list.join(", ")
+        }
+    );
+    let loops = plane.start_background();
+    let task = tokio::spawn(run(plane.clone(), listener, loops));
+    Ok(RunningServer { addr, plane, task })
+}
+
+async fn run(
+    plane: ControlPlane,
+    listener: TcpListener,
+    loops: Vec<JoinHandle<()>>,
+) -> anyhow::Result<ShutdownReport> {
+    let app = svc_api::router(plane.clone());
+    let shutdown = plane.shutdown_token().clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.cancelled().await;
+    });
+    let timeout = plane.config().server.shutdown_timeout.as_std();
+    let shutdown = plane.shutdown_token().clone();
+    let mut serving = tokio::spawn(async move { server.await });
+    shutdown.cancelled().await;
+    tracing::info!("shutting down: draining in-flight requests");
+    let drained = match tokio::time::timeout(timeout, &mut serving).await {
+        Ok(Ok(Ok(()))) => true,
+        Ok(Ok(Err(err))) => {
+            tracing::error!(error = %err, "server error");
+            true
+        }
+        Ok(Err(err)) => {
+            tracing::error!(error = %err, "server task failed");
+            true
+        }
+        Err(_) => {
+            tracing::warn!(timeout = %plane.config().server.shutdown_timeout, "in-flight requests did not finish in time");
+            serving.abort();
+            false
+        }
+    };
+    let mut loops_stopped = 0;
+    for handle in loops {
+        if handle.await.is_ok() {
+            loops_stopped += 1;
+        }
+    }
+    plane.store().close().await;
+    tracing::info!(loops_stopped, "svc stopped");
+    Ok(ShutdownReport {
+        loops_stopped,
+        drained,
+    })
+}
+
+/// Serves until `shutdown` resolves, then shuts down gracefully.
+pub async fn serve_with_listener(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<ShutdownReport> {
+    let server = start(config, listener).await?;
+    shutdown.await;
+    server.shutdown().await
+}

@@ -1,0 +1,86 @@
+//! Builds the pieces from configuration: the store, the providers and the control plane. The
+//! one place where backends are picked; everything else sees `Arc<dyn ..>`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use svc_control::{ControlPlane, ControlPlaneParts, ProviderRegistry};
+use svc_core::config::{Config, DatabaseDriver};
+use svc_core::{Clock, SystemClock};
+use svc_provider::mock::MockProvider;
+use svc_provider::Provider;
+use svc_store::sqlite::SqliteStore;
+use svc_store::Store;
+
+/// Opens the configured store and runs its migrations.
+pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    match config.database.driver {
+        DatabaseDriver::Sqlite => {
+            let store = SqliteStore::open(&config.database.path)
+                .await
+                .with_context(|| format!("opening sqlite database {:?}", config.database.path))?;
+            Ok(Arc::new(store))
+        }
+        DatabaseDriver::Postgres => {
+            bail!("database.driver: postgres is not available in this build yet; use sqlite")
+        }
+    }
+}
+
+fn mock_root(config: &Config) -> PathBuf {
+    let configured = &config.providers.mock.root_dir;
+    if configured.as_os_str().is_empty() {
+        std::env::temp_dir().join("svc-mock")
+    } else {
+        configured.clone()
+    }
+}
+
+/// The enabled providers, in the order `docker`, `firecracker`, `mock`, and the default.
+pub(crate) fn providers(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ProviderRegistry> {
+    let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
+    if config.providers.docker.enabled {
+        tracing::debug!("docker provider is not part of this build yet; skipping it");
+    }
+    if config.providers.firecracker.enabled {
+        tracing::warn!("providers.firecracker.enabled is set, but the firecracker provider is not part of this build yet");
+    }
+    if config.providers.mock.enabled {
+        providers.push(Arc::new(MockProvider::new(mock_root(config))));
+    }
+    let default = if config.providers.default.is_empty() {
+        // Auto: docker when it answers at start-up, else mock (decisions §2).
+        providers
+            .first()
+            .map(|p| p.name().to_owned())
+            .unwrap_or_default()
+    } else {
+        config.providers.default.clone()
+    };
+    if !default.is_empty() && !providers.iter().any(|p| p.name() == default) {
+        bail!("providers.default: provider {default:?} is not enabled");
+    }
+    if providers.is_empty() {
+        tracing::warn!("no provider is enabled; every spawn will fail and /ready answers 503");
+    }
+    Ok(ProviderRegistry::new(providers, default, clock))
+}
+
+/// The control plane over an opened store.
+pub(crate) fn control_plane(
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<ControlPlane> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let providers = Arc::new(providers(&config, Arc::clone(&clock))?);
+    Ok(ControlPlane::new(ControlPlaneParts {
+        config,
+        store,
+        providers,
+        clock,
+    }))
+}
