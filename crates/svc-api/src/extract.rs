@@ -33,13 +33,19 @@ impl<T: DeserializeOwned> FromRequest<ControlPlane> for ApiJson<T> {
         } else {
             &bytes
         };
+        // Serde would read a JSON array into a struct positionally; bodies are objects only.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError(Error::MalformedBody {
+                message: "invalid JSON: the body must be a JSON object".to_owned(),
+            }));
+        }
         let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
         serde_path_to_error::deserialize(deserializer)
             .map(ApiJson)
             .map_err(|err| {
                 let path = err.path().to_string();
                 let inner = err.into_inner();
-                let message = if path == "." || path.is_empty() {
+                let message = if matches!(path.as_str(), "." | "?" | "") {
                     format!("invalid JSON: {inner}")
                 } else {
                     format!("field {path}: {inner}")

@@ -136,8 +136,10 @@ mod tests {
 
     #[test]
     fn ttl_cap_is_inclusive_and_zero_is_unlimited() {
-        let mut defaults = DefaultsConfig::default();
-        defaults.max_ttl = GoDuration::from_secs(3600);
+        let mut defaults = DefaultsConfig {
+            max_ttl: GoDuration::from_secs(3600),
+            ..DefaultsConfig::default()
+        };
         assert!(check_ttl(&defaults, Duration::from_secs(3600)).is_ok());
         let err = check_ttl(&defaults, Duration::from_secs(3601)).unwrap_err();
         assert!(matches!(

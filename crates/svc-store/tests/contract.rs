@@ -1,6 +1,9 @@
 //! The store contract: one suite of behavioural cases over `&dyn Store`, expanded by a macro into
 //! one test per case per backend. PostgreSQL joins the backend list with the scale-out work.
 
+// Contract cases are plain async functions shared by the generated tests.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

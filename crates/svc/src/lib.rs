@@ -4,8 +4,9 @@
 
 pub mod cli;
 pub mod config_load;
-mod logging;
+pub mod logging;
 mod server;
 mod wiring;
 
+pub use logging::init_test_logging;
 pub use server::{serve_with_listener, start, RunningServer, ShutdownReport};

@@ -17,3 +17,11 @@ pub(crate) fn init(config: &LoggingConfig) {
         LogFormat::Pretty => builder.with_target(false).try_init(),
     };
 }
+
+/// Logs for tests: level from `RUST_LOG`, written through the test harness's capture.
+pub fn init_test_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,148 @@
+//! The `svc` binary's commands, run as a user would.
+
+use std::process::Command;
+
+fn svc() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_svc"));
+    // The developer's own SVC_ variables must not leak into these runs.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SVC_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+#[test]
+fn openapi_prints_json_and_yaml() {
+    let json = svc().arg("openapi").output().unwrap();
+    assert!(json.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(doc["paths"]["/api/v1/sandboxes"]["post"].is_object());
+    let yaml = svc()
+        .args(["openapi", "--format", "yaml"])
+        .output()
+        .unwrap();
+    assert!(yaml.status.success());
+    let doc: serde_json::Value = serde_norway::from_slice(&yaml.stdout).unwrap();
+    assert!(doc["paths"]["/api/v1/templates/{name}/spawn"]["post"].is_object());
+}
+
+#[test]
+fn config_lint_reports_keys_and_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "server:\n  port: 8080\ndefaults:\n  ttl: 5m\n").unwrap();
+    let out = svc()
+        .args(["config", "lint", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, "server:\n  prot: 8080\n").unwrap();
+    let out = svc()
+        .args(["config", "lint", "--config"])
+        .arg(&typo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("error:") && stdout.contains("server.prot"),
+        "{stdout}"
+    );
+
+    let out = svc()
+        .args(["config", "lint", "--production", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("server.cors_allowed_origins"), "{stdout}");
+
+    let out = svc()
+        .args(["config", "lint", "--config"])
+        .arg(&good)
+        .env("SVC_SERVER__PORT", "not-a-number")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SVC_SERVER__PORT"));
+
+    let out = svc()
+        .args(["config", "lint", "--config"])
+        .arg(&good)
+        .env("SVC_NOT__A_KEY", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("warning:"));
+}
+
+#[test]
+fn serve_refuses_an_invalid_configuration_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "defaults:\n  spawn_overflow: sometimes\n").unwrap();
+    let out = svc()
+        .args(["serve", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("defaults.spawn_overflow"), "{stderr}");
+}
+
+#[test]
+fn serve_runs_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let child = svc()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("SVC_SERVER__PORT", port.to_string())
+        .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.path().join("mock"))
+        .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "svc serve did not start listening"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        dir.path().join("svc.db").exists(),
+        "the default store is ./svc.db"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "exit: {:?}", output.status);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("listening on http://127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("svc stopped"), "{stderr}");
+}

@@ -1,0 +1,79 @@
+//! Parallel spawns and destroys leave a consistent store.
+
+use std::collections::HashSet;
+
+use serde_json::json;
+
+use crate::harness::TestServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_parallel_spawns_and_destroys_stay_consistent() {
+    let server = std::sync::Arc::new(TestServer::start().await);
+    let spawns = (0..50).map(|i| {
+        let server = std::sync::Arc::clone(&server);
+        tokio::spawn(async move {
+            server
+                .spawn(json!({"owner_id": format!("user{}", i % 5)}))
+                .await
+        })
+    });
+    let spawned: Vec<String> = futures::future::join_all(spawns)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap()["id"].as_str().unwrap().to_owned())
+        .collect();
+    let unique: HashSet<_> = spawned.iter().cloned().collect();
+    assert_eq!(unique.len(), 50, "every spawn got its own ID");
+    let listed: HashSet<_> = server.listed_ids("").await.into_iter().collect();
+    assert_eq!(
+        listed, unique,
+        "the list shows exactly the spawned sandboxes"
+    );
+
+    // Destroy half, each twice in parallel, while spawning ten more.
+    let doomed: Vec<_> = spawned.iter().take(25).cloned().collect();
+    let destroys = doomed
+        .iter()
+        .flat_map(|id| [id.clone(), id.clone()])
+        .map(|id| {
+            let server = std::sync::Arc::clone(&server);
+            tokio::spawn(async move { server.delete(&format!("/sandboxes/{id}")).await.status })
+        });
+    let more = (0..10).map(|_| {
+        let server = std::sync::Arc::clone(&server);
+        tokio::spawn(async move {
+            server.spawn(json!({})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+    });
+    let (statuses, extra) = tokio::join!(
+        futures::future::join_all(destroys),
+        futures::future::join_all(more)
+    );
+    assert!(statuses.into_iter().all(|s| s.unwrap() == 200));
+    let extra: HashSet<_> = extra.into_iter().map(Result::unwrap).collect();
+
+    let running: HashSet<_> = server.listed_ids("").await.into_iter().collect();
+    let expected: HashSet<_> = spawned.iter().skip(25).cloned().chain(extra).collect();
+    assert_eq!(running, expected);
+    let destroyed: HashSet<_> = server
+        .listed_ids("?state=destroyed")
+        .await
+        .into_iter()
+        .collect();
+    assert_eq!(destroyed, doomed.iter().cloned().collect());
+    let all = server.listed_ids("?state=all").await;
+    assert_eq!(all.len(), 60, "every sandbox is stored exactly once");
+    // The provider agrees with the store: one runtime directory per running sandbox.
+    let runtimes: HashSet<_> = std::fs::read_dir(server.mock_root())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(runtimes, running);
+    let server = std::sync::Arc::into_inner(server).expect("no other references");
+    server.shutdown().await;
+}

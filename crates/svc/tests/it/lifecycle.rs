@@ -1,0 +1,307 @@
+//! The sandbox lifecycle over HTTP: spawn, get, list with filters, extend, destroy, prune, the
+//! reaper, owners and restart persistence.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::Method;
+use serde_json::json;
+use svc_core::GoDuration;
+
+use crate::harness::{wait_for, TestServer};
+
+fn ts(value: &serde_json::Value) -> DateTime<Utc> {
+    let text = value.as_str().expect("timestamp string");
+    assert!(text.ends_with('Z'), "{text} is not UTC with Z");
+    DateTime::parse_from_rfc3339(text)
+        .expect("RFC 3339")
+        .with_timezone(&Utc)
+}
+
+#[tokio::test]
+async fn spawn_applies_defaults_and_renders_every_field() {
+    let server = TestServer::start().await;
+    let sandbox = server.spawn(json!({})).await;
+    let id = sandbox["id"].as_str().unwrap();
+    assert!(svc_core::SandboxId::parse(id).is_ok(), "{id}");
+    assert_eq!(sandbox["state"], "running");
+    assert_eq!(sandbox["provider"], "mock");
+    assert_eq!(sandbox["image"], "alpine:latest");
+    assert_eq!(sandbox["memory_mb"], 512);
+    assert_eq!(sandbox["vcpus"], 1);
+    assert_eq!(sandbox["metadata"], json!({}));
+    assert_eq!(sandbox["preview_domain"], format!("{id}.localhost"));
+    assert_eq!(sandbox["worker_id"], "local");
+    assert_eq!(sandbox["tenant_id"], "default");
+    let lifetime = ts(&sandbox["expires_at"]) - ts(&sandbox["created_at"]);
+    assert_eq!(lifetime.num_seconds(), 30 * 60);
+    assert!(
+        server.mock_root().join(id).is_dir(),
+        "the mock runtime exists"
+    );
+
+    let custom = server
+        .spawn(json!({
+            "image": "python:3.12", "memory_mb": 1024, "vcpus": 2, "ttl": "1h30m",
+            "metadata": {"team": "ml", "emoji": "✓"}, "provider": "mock"
+        }))
+        .await;
+    assert_eq!(custom["image"], "python:3.12");
+    assert_eq!(custom["memory_mb"], 1024);
+    assert_eq!(custom["vcpus"], 2);
+    assert_eq!(custom["metadata"], json!({"team": "ml", "emoji": "✓"}));
+    let lifetime = ts(&custom["expires_at"]) - ts(&custom["created_at"]);
+    assert_eq!(lifetime.num_seconds(), 90 * 60);
+
+    let fetched = server.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(fetched.status, 200);
+    assert_eq!(fetched.body, sandbox);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn get_unknown_or_malformed_ids_is_404() {
+    let server = TestServer::start().await;
+    server
+        .get("/sandboxes/sb-0123456789abcdef")
+        .await
+        .assert_error(404, "not_found");
+    server
+        .get("/sandboxes/not-an-id")
+        .await
+        .assert_error(404, "not_found");
+    server
+        .delete("/sandboxes/sb-0123456789abcdef")
+        .await
+        .assert_error(404, "not_found");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_filters_by_state_owner_and_provider_newest_first() {
+    let server = TestServer::start().await;
+    let alice = server
+        .client
+        .post(server.url("/sandboxes"))
+        .header("X-User-ID", "  alice  ")
+        .json(&json!({"owner_id": "mallory"}))
+        .send()
+        .await
+        .unwrap();
+    let alice = TestServer::reply(alice).await;
+    assert_eq!(alice.status, 201);
+    assert_eq!(
+        alice.body["owner_id"], "alice",
+        "X-User-ID wins over owner_id and is trimmed"
+    );
+    let bob = server.spawn(json!({"owner_id": "bob"})).await;
+    let gone = server.spawn(json!({"owner_id": "bob"})).await;
+    let gone_id = gone["id"].as_str().unwrap();
+    assert_eq!(
+        server.delete(&format!("/sandboxes/{gone_id}")).await.status,
+        200
+    );
+
+    let alice_id = alice.body["id"].as_str().unwrap().to_owned();
+    let bob_id = bob["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        server.listed_ids("").await,
+        vec![bob_id.clone(), alice_id.clone()]
+    );
+    assert_eq!(
+        server.listed_ids("?state=running").await,
+        vec![bob_id.clone(), alice_id.clone()]
+    );
+    assert_eq!(
+        server.listed_ids("?state=destroyed").await,
+        vec![gone_id.to_owned()]
+    );
+    assert_eq!(server.listed_ids("?state=all").await.len(), 3);
+    assert_eq!(
+        server.listed_ids("?owner_id=alice").await,
+        vec![alice_id.clone()]
+    );
+    assert_eq!(server.listed_ids("?owner_id=bob&state=all").await.len(), 2);
+    assert_eq!(server.listed_ids("?provider=mock").await.len(), 2);
+    assert!(server.listed_ids("?provider=docker").await.is_empty());
+    server
+        .get("/sandboxes?state=sleeping")
+        .await
+        .assert_error(400, "bad_request");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_owner_ids_are_rejected_naming_the_header_or_field() {
+    let server = TestServer::start().await;
+    for bad in ["a b", "a/b", "a\\b", &"x".repeat(129)] {
+        let reply = server
+            .client
+            .post(server.url("/sandboxes"))
+            .header("X-User-ID", bad)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let reply = TestServer::reply(reply).await;
+        let message = reply.assert_error(400, "bad_request");
+        assert!(message.contains("X-User-ID"), "{message}");
+    }
+    let message = server
+        .post("/sandboxes", json!({"owner_id": "has space"}))
+        .await
+        .assert_error(400, "bad_request");
+    assert!(message.contains("owner_id"), "{message}");
+    assert!(server.listed_ids("?state=all").await.is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn destroy_is_idempotent_and_keeps_the_record() {
+    let server = TestServer::start().await;
+    let sandbox = server.spawn(json!({})).await;
+    let id = sandbox["id"].as_str().unwrap();
+    let path = format!("/sandboxes/{id}");
+    let first = server.delete(&path).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, json!({"status": "destroyed"}));
+    assert!(
+        !server.mock_root().join(id).exists(),
+        "the runtime is removed"
+    );
+    let again = server.delete(&path).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, json!({"status": "destroyed"}));
+    let record = server.get(&path).await;
+    assert_eq!(record.status, 200);
+    assert_eq!(record.body["state"], "destroyed");
+    assert!(server.listed_ids("").await.is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn extend_moves_expiry_within_max_ttl() {
+    let server = TestServer::start_with(|c| c.defaults.max_ttl = GoDuration::from_secs(3600)).await;
+    let sandbox = server.spawn(json!({"ttl": "10m"})).await;
+    let id = sandbox["id"].as_str().unwrap();
+    let extended = server
+        .post(&format!("/sandboxes/{id}/extend"), json!({"ttl": "45m"}))
+        .await;
+    assert_eq!(extended.status, 200, "{}", extended.body);
+    let new_expiry = ts(&extended.body["expires_at"]);
+    let lifetime = new_expiry - ts(&sandbox["created_at"]);
+    assert!(
+        (45 * 60..45 * 60 + 5).contains(&lifetime.num_seconds()),
+        "{lifetime}"
+    );
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["expires_at"],
+        extended.body["expires_at"]
+    );
+
+    let message = server
+        .post(&format!("/sandboxes/{id}/extend"), json!({"ttl": "2h"}))
+        .await
+        .assert_error(429, "resource_limit");
+    assert!(message.contains("max_ttl"), "{message}");
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["expires_at"],
+        extended.body["expires_at"],
+        "nothing changes on denial"
+    );
+
+    server
+        .post(&format!("/sandboxes/{id}/extend"), json!({"ttl": "-5m"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(&format!("/sandboxes/{id}/extend"), json!({}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(
+            "/sandboxes/sb-0123456789abcdef/extend",
+            json!({"ttl": "5m"}),
+        )
+        .await
+        .assert_error(404, "not_found");
+    server.delete(&format!("/sandboxes/{id}")).await;
+    let message = server
+        .post(&format!("/sandboxes/{id}/extend"), json!({"ttl": "5m"}))
+        .await
+        .assert_error(409, "conflict");
+    assert!(message.contains("destroyed"), "{message}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn prune_destroys_only_expired_sandboxes() {
+    let server =
+        TestServer::start_with(|c| c.defaults.reap_interval = GoDuration::from_secs(3600)).await;
+    let short = server.spawn(json!({"ttl": "1s"})).await;
+    let long = server.spawn(json!({"ttl": "1h"})).await;
+    let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
+    assert_eq!(pruned.body, json!({"pruned": 0}));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
+    assert_eq!(pruned.status, 200);
+    assert_eq!(pruned.body, json!({"pruned": 1}));
+    assert_eq!(
+        server
+            .get(&format!("/sandboxes/{}", short["id"].as_str().unwrap()))
+            .await
+            .body["state"],
+        "destroyed"
+    );
+    assert_eq!(
+        server.listed_ids("").await,
+        vec![long["id"].as_str().unwrap().to_owned()]
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn reaper_destroys_expired_and_forgets_old_records() {
+    let server = TestServer::start_with(|c| {
+        c.defaults.reap_interval = GoDuration::from_millis(100);
+        c.defaults.destroyed_retention = GoDuration::from_secs(1);
+    })
+    .await;
+    let mut events = server.events("?types=sandbox.destroyed", None).await;
+    let sandbox = server.spawn(json!({"ttl": "1s"})).await;
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    let destroyed = events
+        .until("sandbox.destroyed", Duration::from_secs(10))
+        .await;
+    let event = destroyed.last().unwrap();
+    assert_eq!(event.data["sandbox_id"], id);
+    assert_eq!(event.data["data"]["reason"], "expired");
+    assert!(!server.mock_root().join(&id).exists());
+    let path = format!("/sandboxes/{id}");
+    wait_for(
+        "the destroyed record to be forgotten",
+        Duration::from_secs(10),
+        || async { server.get(&path).await.status == 404 },
+    )
+    .await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn sandboxes_survive_a_restart_and_stay_destroyable() {
+    let server = TestServer::start().await;
+    let sandbox = server.spawn(json!({"metadata": {"keep": "me"}})).await;
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    let server = server.restart().await;
+    assert_eq!(server.listed_ids("").await, vec![id.clone()]);
+    let fetched = server.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(fetched.body, sandbox);
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    assert!(!server.mock_root().join(&id).exists());
+    let server = server.restart().await;
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["state"],
+        "destroyed"
+    );
+    server.shutdown().await;
+}

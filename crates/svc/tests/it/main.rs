@@ -1,0 +1,16 @@
+//! Black-box tests: the real server on an ephemeral port with a temporary SQLite file, spoken to
+//! over HTTP and SSE with real clients. One test binary; each area is a module.
+
+// Helpers outside #[test] functions panic on purpose when the server misbehaves.
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+
+mod bad_input;
+mod cli;
+mod concurrency;
+mod events;
+mod lifecycle;
+mod providers;
+mod system;
+mod templates;

@@ -1,0 +1,54 @@
+//! `/providers`, `/snapshots`, `/pool/status`.
+
+use serde_json::json;
+
+use crate::harness::TestServer;
+
+#[tokio::test]
+async fn provider_summary_detail_and_test() {
+    let server = TestServer::start().await;
+    let list = server.get("/providers").await;
+    assert_eq!(list.status, 200);
+    let mock = &list.body[0];
+    assert_eq!(mock["name"], "mock");
+    assert_eq!(mock["healthy"], true);
+    assert_eq!(mock["default"], true);
+    assert!(mock["latency_ms"].is_u64());
+    assert!(mock["last_checked"].as_str().unwrap().ends_with('Z'));
+    assert!(mock.get("error").is_none());
+    let capabilities = mock["capabilities"].as_array().unwrap();
+    assert!(capabilities.contains(&json!("spawn")) && capabilities.contains(&json!("health")));
+
+    server.spawn(json!({})).await;
+    let detail = server.get("/providers/mock").await;
+    assert_eq!(detail.status, 200);
+    assert_eq!(detail.body["name"], "mock");
+    assert_eq!(detail.body["healthy"], true);
+    assert_eq!(detail.body["default"], true);
+    assert_eq!(detail.body["sandbox_count"], 1);
+    assert_eq!(detail.body["health"]["name"], "mock");
+    assert!(detail.body["config"].is_object());
+    server
+        .get("/providers/vmware")
+        .await
+        .assert_error(404, "not_found");
+
+    let test = server.post("/providers/test", json!({})).await;
+    assert_eq!(test.status, 200);
+    assert_eq!(test.body, json!({"mock": true}));
+    let refreshed = server.get("/providers").await;
+    assert_eq!(refreshed.body[0]["runtime_count"], 1);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn snapshots_and_pool_status() {
+    let server = TestServer::start().await;
+    let snapshots = server.get("/snapshots").await;
+    assert_eq!(snapshots.status, 200);
+    assert_eq!(snapshots.body, json!([]));
+    let pool = server.get("/pool/status").await;
+    assert_eq!(pool.status, 200);
+    assert_eq!(pool.body, json!({"enabled": false}));
+    server.shutdown().await;
+}
