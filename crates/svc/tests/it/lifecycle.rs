@@ -305,3 +305,37 @@ async fn sandboxes_survive_a_restart_and_stay_destroyable() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_failed_spawn_saves_nothing_and_publishes_failure_events() {
+    let server = TestServer::start().await;
+    let mut events = server.events("", None).await;
+    // The provider was healthy at start-up (cached); now its root becomes unusable.
+    let root = server.mock_root();
+    std::fs::remove_dir_all(&root).ok();
+    std::fs::write(&root, b"not a directory").unwrap();
+    let message = server
+        .post("/sandboxes", json!({}))
+        .await
+        .assert_error(500, "provider_error");
+    assert!(message.contains("mock"), "{message}");
+    let seen = events
+        .until("provider.failed", Duration::from_secs(5))
+        .await;
+    let types: Vec<_> = seen
+        .iter()
+        .map(|e| e.data["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        types,
+        ["sandbox.error", "operation.failed", "provider.failed"]
+    );
+    assert_eq!(seen[1].data["data"]["operation"], "spawn");
+    assert_eq!(seen[1].data["data"]["provider"], "mock");
+    assert!(seen[1].data["data"]["error"].as_str().is_some());
+    assert!(
+        server.listed_ids("?state=all").await.is_empty(),
+        "nothing is saved"
+    );
+    server.shutdown().await;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds svc and the load tool in release mode, starts svc on a throw-away directory (SQLite
+# file, mock provider), runs each scenario RUNS times, prints every result, and stops svc.
+# Usage: bench/run.sh [RUNS] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-3}"
+seconds="${2:-5}"
+port="${SVC_BENCH_PORT:-17423}"
+
+cargo build --release --quiet -p svc -p svc-bench
+work="$(mktemp -d)"
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+(
+    cd "$work"
+    SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
+        SVC_PROVIDERS__DOCKER__ENABLED=false exec "$OLDPWD/target/release/svc" serve 2>"$work/svc.log"
+) &
+pid=$!
+for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/api/v1/health" >/dev/null && break
+    sleep 0.1
+done
+url="http://127.0.0.1:$port"
+for _ in $(seq "$runs"); do
+    target/release/svc-bench health --url "$url" --concurrency 64 --seconds "$seconds"
+done
+for _ in $(seq "$runs"); do
+    target/release/svc-bench spawn-destroy --url "$url" --concurrency 16 --seconds "$seconds"
+done
