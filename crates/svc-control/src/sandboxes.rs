@@ -10,7 +10,10 @@ use serde_json::{json, Map, Value};
 use svc_core::clock::add_duration;
 use svc_core::error::Resource;
 use svc_core::event::EventType;
-use svc_core::sandbox::{ExtendRequest, Sandbox, SandboxState, SpawnRequest};
+use svc_core::sandbox::{
+    check_image, check_ttl_positive, size_or_default, ExtendRequest, Sandbox, SandboxState,
+    SpawnRequest,
+};
 use svc_core::template::{Template, TemplateSpawnRequest};
 use svc_core::{Error, OwnerId, SandboxId};
 use svc_provider::{
@@ -47,24 +50,6 @@ struct ResolvedSpawn {
     owner: String,
     tenant: String,
     template: Option<String>,
-}
-
-fn positive(field: &str, value: Option<u32>, default: u32) -> Result<u32, Error> {
-    match value {
-        Some(0) => Err(Error::invalid(field, "must be at least 1")),
-        Some(v) => Ok(v),
-        None => Ok(default),
-    }
-}
-
-fn check_image(image: &str) -> Result<(), Error> {
-    if image.trim().is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(Error::invalid(
-            "image",
-            "must be a non-empty image reference without whitespace",
-        ));
-    }
-    Ok(())
 }
 
 /// The `data` of `sandbox.*` events (decisions §12).
@@ -163,17 +148,15 @@ impl ControlPlane {
             .map_or(u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX), |t| {
                 t.memory_mb
             });
-        let memory_mb = positive("memory_mb", request.memory_mb, default_memory)?;
+        let memory_mb = size_or_default("memory_mb", request.memory_mb, default_memory)?;
         let default_vcpus = template.as_ref().map_or(defaults.vcpus, |t| t.vcpus);
-        let vcpus = positive("vcpus", request.vcpus, default_vcpus)?;
+        let vcpus = size_or_default("vcpus", request.vcpus, default_vcpus)?;
         let ttl = request
             .ttl
             .or_else(|| template.as_ref().map(|t| t.ttl))
-            .unwrap_or(defaults.ttl)
-            .as_std();
-        if ttl.is_zero() {
-            return Err(Error::invalid("ttl", "must be greater than 0s"));
-        }
+            .unwrap_or(defaults.ttl);
+        check_ttl_positive(ttl)?;
+        let ttl = ttl.as_std();
         let provider_name = request
             .provider
             .or_else(|| template.as_ref().map(|t| t.provider.clone()));
@@ -435,10 +418,8 @@ impl ControlPlane {
         request: ExtendRequest,
     ) -> Result<Sandbox, Error> {
         let sandbox = self.get_active_sandbox(principal, id).await?;
+        check_ttl_positive(request.ttl)?;
         let ttl = request.ttl.as_std();
-        if ttl.is_zero() {
-            return Err(Error::invalid("ttl", "must be greater than 0s"));
-        }
         let now = self.clock().now();
         check_ttl(
             &self.config().defaults,

@@ -2,6 +2,7 @@
 //! saved, so a template always renders complete.
 
 use svc_core::error::Resource;
+use svc_core::sandbox::{check_image, check_ttl_positive, size_or_default};
 use svc_core::template::{validate_template_name, Template, TemplateSpec};
 use svc_core::Error;
 use svc_store::StoreError;
@@ -27,26 +28,15 @@ impl ControlPlane {
             });
         }
         let image = spec.image.unwrap_or_else(|| defaults.image.clone());
-        if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-            return Err(Error::invalid(
-                "image",
-                "must be a non-empty image reference without whitespace",
-            ));
-        }
-        let memory_mb = match spec.memory_mb {
-            Some(0) => return Err(Error::invalid("memory_mb", "must be at least 1")),
-            Some(v) => v,
-            None => u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX),
-        };
-        let vcpus = match spec.vcpus {
-            Some(0) => return Err(Error::invalid("vcpus", "must be at least 1")),
-            Some(v) => v,
-            None => defaults.vcpus,
-        };
+        check_image(&image)?;
+        let memory_mb = size_or_default(
+            "memory_mb",
+            spec.memory_mb,
+            u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX),
+        )?;
+        let vcpus = size_or_default("vcpus", spec.vcpus, defaults.vcpus)?;
         let ttl = spec.ttl.unwrap_or(defaults.ttl);
-        if ttl.is_zero() {
-            return Err(Error::invalid("ttl", "must be greater than 0s"));
-        }
+        check_ttl_positive(ttl)?;
         crate::admission::check_ttl(defaults, ttl.as_std())?;
         Ok(Template {
             name,

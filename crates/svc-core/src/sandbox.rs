@@ -143,6 +143,34 @@ pub struct ExtendRequest {
     pub ttl: GoDuration,
 }
 
+/// Validates an image reference: non-empty, no whitespace or control characters.
+pub fn check_image(image: &str) -> Result<(), crate::Error> {
+    if image.trim().is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(crate::Error::invalid(
+            "image",
+            "must be a non-empty image reference without whitespace",
+        ));
+    }
+    Ok(())
+}
+
+/// A size field (`memory_mb`, `vcpus`): the given value when at least 1, else `default`.
+pub fn size_or_default(field: &str, value: Option<u32>, default: u32) -> Result<u32, crate::Error> {
+    match value {
+        Some(0) => Err(crate::Error::invalid(field, "must be at least 1")),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    }
+}
+
+/// A TTL must be positive: a sandbox that expires as it is created is never what was meant.
+pub fn check_ttl_positive(ttl: GoDuration) -> Result<(), crate::Error> {
+    if ttl.is_zero() {
+        return Err(crate::Error::invalid("ttl", "must be greater than 0s"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
