@@ -10,6 +10,7 @@ async fn provider_summary_detail_and_test() {
     let list = server.get("/providers").await;
     assert_eq!(list.status, 200);
     let mock = &list.body[0];
+    crate::harness::assert_schema("ProviderSummary", mock);
     assert_eq!(mock["name"], "mock");
     assert_eq!(mock["healthy"], true);
     assert_eq!(mock["default"], true);
@@ -22,6 +23,7 @@ async fn provider_summary_detail_and_test() {
     server.spawn(json!({})).await;
     let detail = server.get("/providers/mock").await;
     assert_eq!(detail.status, 200);
+    crate::harness::assert_schema("ProviderDetail", &detail.body);
     assert_eq!(detail.body["name"], "mock");
     assert_eq!(detail.body["healthy"], true);
     assert_eq!(detail.body["default"], true);

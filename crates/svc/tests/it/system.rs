@@ -35,6 +35,8 @@ async fn health_live_and_ready() {
     let ready = server.get("/ready").await;
     assert_eq!(ready.status, 200, "{}", ready.body);
     assert_eq!(ready.body["status"], "ready");
+    crate::harness::assert_schema("ReadyBody", &ready.body);
+    crate::harness::assert_schema("HealthBody", &health.body);
     assert_eq!(ready.body["ready_providers"], 1);
     assert_eq!(ready.body["total_providers"], 1);
     assert_eq!(ready.body["providers"][0]["name"], "mock");

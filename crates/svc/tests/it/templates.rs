@@ -12,6 +12,7 @@ async fn template_crud() {
         .post("/templates", json!({"name": "py", "image": "python:3.12", "memory_mb": 1024, "vcpus": 2, "ttl": "1h", "metadata": {"lang": "python"}}))
         .await;
     assert_eq!(created.status, 201, "{}", created.body);
+    crate::harness::assert_schema("Template", &created.body);
     assert_eq!(created.body["name"], "py");
     assert_eq!(created.body["image"], "python:3.12");
     assert_eq!(created.body["memory_mb"], 1024);
