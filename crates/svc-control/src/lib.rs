@@ -5,6 +5,8 @@
 
 mod admission;
 pub mod events;
+mod exec;
+mod files;
 mod plane;
 mod principal;
 mod provider_errors;
@@ -12,10 +14,15 @@ pub mod providers;
 mod reaper;
 mod sandboxes;
 mod templates;
+mod utf8;
 
 pub use events::{EventBus, EventFilter, Subscription};
+pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
+pub use files::DEFAULT_FILE_MODE;
 pub use plane::{ControlPlane, ControlPlaneParts};
 pub use principal::{Principal, Role};
 pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary};
 pub use sandboxes::ListSandboxes;
 pub use svc_provider::SnapshotInfo;
+pub use svc_provider::{ExecControl, FileInfo, Signal, StdStream, TtySize};
+pub use utf8::Utf8Chunker;

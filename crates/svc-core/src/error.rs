@@ -69,6 +69,8 @@ pub enum Resource {
     Provider,
     /// An API route.
     Route,
+    /// A file or directory inside a sandbox.
+    File,
 }
 
 impl fmt::Display for Resource {
@@ -78,6 +80,7 @@ impl fmt::Display for Resource {
             Resource::Template => "template",
             Resource::Provider => "provider",
             Resource::Route => "route",
+            Resource::File => "file",
         })
     }
 }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod duration;
 pub mod error;
 pub mod event;
+pub mod exec;
 pub mod id;
 pub mod owner;
 pub mod path;

@@ -49,6 +49,8 @@ pub struct ExecSpec {
     pub workdir: Option<String>,
     /// Run under a pseudo-terminal of this size.
     pub tty: Option<TtySize>,
+    /// Whether the caller will write to stdin; otherwise stdin is empty (`/dev/null`).
+    pub stdin: bool,
 }
 
 /// Signals a caller may send.

@@ -7,6 +7,7 @@
 mod error;
 mod exec;
 mod files;
+pub mod glob;
 pub mod mock;
 mod provider;
 

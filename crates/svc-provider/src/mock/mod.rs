@@ -11,10 +11,23 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use svc_core::{Capability, SandboxId};
 
-use crate::{Provider, ProviderError, RuntimeInfo, RuntimeStatus, SpawnSpec};
+use svc_core::path::SandboxPath;
+use tokio::io::AsyncWriteExt;
+
+use crate::{
+    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
+    RuntimeStatus, SpawnSpec,
+};
+
+mod exec;
+mod files;
 
 const CAPABILITIES: &[Capability] = &[
     Capability::Spawn,
+    Capability::Exec,
+    Capability::ExecStream,
+    Capability::Files,
+    Capability::Console,
     Capability::Health,
     Capability::RuntimeInventory,
 ];
@@ -50,6 +63,66 @@ impl MockProvider {
 
     fn record_path(&self, id: &SandboxId) -> PathBuf {
         self.root.join(format!("{id}.json"))
+    }
+
+    fn log_path(&self, id: &SandboxId) -> PathBuf {
+        self.root.join(format!("{id}.log"))
+    }
+
+    /// The sandbox directory, or `RuntimeNotFound` when it is gone.
+    async fn existing_dir(&self, id: &SandboxId) -> Result<PathBuf, ProviderError> {
+        let dir = self.sandbox_dir(id);
+        match tokio::fs::metadata(&dir).await {
+            Ok(meta) if meta.is_dir() => Ok(dir),
+            _ => Err(ProviderError::RuntimeNotFound { id: id.to_string() }),
+        }
+    }
+
+    /// A working directory inside the sandbox, as a host path that cannot lie outside it.
+    async fn workdir(
+        &self,
+        sandbox_dir: &Path,
+        workdir: Option<&str>,
+    ) -> Result<PathBuf, ProviderError> {
+        let Some(workdir) = workdir else {
+            return Ok(sandbox_dir.to_path_buf());
+        };
+        let path = SandboxPath::parse(workdir).map_err(|e| ProviderError::InvalidRequest {
+            message: format!("workdir: {e}"),
+        })?;
+        let info = files::stat(sandbox_dir.to_path_buf(), path.clone())
+            .await
+            .map_err(|e| match e {
+                ProviderError::FileNotFound { path } => ProviderError::InvalidRequest {
+                    message: format!("workdir {path} does not exist"),
+                },
+                other => other,
+            })?;
+        if !info.is_dir {
+            return Err(ProviderError::InvalidRequest {
+                message: format!("workdir {path} is not a directory"),
+            });
+        }
+        let host = tokio::fs::canonicalize(sandbox_dir.join(path.relative())).await?;
+        let base = tokio::fs::canonicalize(sandbox_dir).await?;
+        if !host.starts_with(&base) {
+            return Err(ProviderError::InvalidRequest {
+                message: format!("workdir {path} escapes the sandbox"),
+            });
+        }
+        Ok(host)
+    }
+
+    /// Appends to the sandbox's command log (what `logs` returns for the mock).
+    async fn log_line(&self, id: &SandboxId, line: &str) {
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .await;
+        if let Ok(mut file) = file {
+            let _ = file.write_all(format!("{line}\n").as_bytes()).await;
+        }
     }
 
     async fn spawn_inner(&self, spec: &SpawnSpec) -> Result<(), ProviderError> {
@@ -120,6 +193,7 @@ impl Provider for MockProvider {
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
         remove_if_present(tokio::fs::remove_dir_all(self.sandbox_dir(id)).await).await?;
+        remove_if_present(tokio::fs::remove_file(self.log_path(id)).await).await?;
         remove_if_present(tokio::fs::remove_file(self.record_path(id)).await).await
     }
 
@@ -164,6 +238,87 @@ impl Provider for MockProvider {
         }
         runtimes.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
         Ok(runtimes)
+    }
+
+    async fn logs(&self, id: &SandboxId, lines: usize) -> Result<Vec<String>, ProviderError> {
+        self.existing_dir(id).await?;
+        let text = match tokio::fs::read_to_string(self.log_path(id)).await {
+            Ok(text) => text,
+            Err(err) if err.kind() == ErrorKind::NotFound => String::new(),
+            Err(err) => return Err(err.into()),
+        };
+        let all: Vec<&str> = text.lines().collect();
+        let start = all.len().saturating_sub(lines);
+        Ok(all[start..].iter().map(|l| (*l).to_owned()).collect())
+    }
+
+    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
+        let dir = self.existing_dir(id).await?;
+        let workdir = self.workdir(&dir, spec.workdir.as_deref()).await?;
+        self.log_line(id, &format!("$ {}", spec.argv.join(" ")))
+            .await;
+        exec::start(&dir, workdir, &spec)
+    }
+
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        mode: u32,
+        content: ByteStream,
+    ) -> Result<(), ProviderError> {
+        files::write(self.existing_dir(id).await?, path.clone(), mode, content).await
+    }
+
+    async fn read_file(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        files::read(self.existing_dir(id).await?, path.clone()).await
+    }
+
+    async fn delete_file(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        recursive: bool,
+    ) -> Result<(), ProviderError> {
+        files::delete(self.existing_dir(id).await?, path.clone(), recursive).await
+    }
+
+    async fn list_dir(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+    ) -> Result<Vec<FileInfo>, ProviderError> {
+        files::list(self.existing_dir(id).await?, path.clone()).await
+    }
+
+    async fn move_path(
+        &self,
+        id: &SandboxId,
+        from: &SandboxPath,
+        to: &SandboxPath,
+    ) -> Result<(), ProviderError> {
+        files::rename(self.existing_dir(id).await?, from.clone(), to.clone()).await
+    }
+
+    async fn chmod(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        mode: u32,
+    ) -> Result<(), ProviderError> {
+        files::chmod(self.existing_dir(id).await?, path.clone(), mode).await
+    }
+
+    async fn stat(&self, id: &SandboxId, path: &SandboxPath) -> Result<FileInfo, ProviderError> {
+        files::stat(self.existing_dir(id).await?, path.clone()).await
+    }
+
+    async fn glob(&self, id: &SandboxId, pattern: &str) -> Result<Vec<String>, ProviderError> {
+        files::glob(self.existing_dir(id).await?, pattern.to_owned()).await
     }
 }
 

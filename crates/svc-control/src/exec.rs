@@ -1,0 +1,418 @@
+//! Exec above the provider's single primitive: request validation and the deadline rule, the
+//! `exec.*` events, and a [`RunningExec`] that yields output and then exactly one ending.
+//! Buffered, NDJSON and WebSocket exec are all this, consumed differently. Dropping a
+//! `RunningExec` before its end (a caller that went away) kills the command.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+use svc_core::error::LimitReason;
+use svc_core::event::EventType;
+use svc_core::exec::{ExecResult, TIMEOUT_EXIT_CODE};
+use svc_core::{Capability, Error, GoDuration};
+use svc_provider::{
+    ExecChunk, ExecControl, ExecSpec, ExitStatus, OutputStream, Provider, ProviderError, StdStream,
+    TtySize,
+};
+
+use crate::provider_errors::provider_error;
+use crate::{ControlPlane, Principal};
+
+/// Buffered exec keeps at most this much of each stream; streaming has no limit.
+pub const BUFFERED_OUTPUT_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Which exec form, as named in event data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecForm {
+    /// `POST /exec`.
+    Buffered,
+    /// `POST /exec` with `stream: true`.
+    Stream,
+    /// `GET /exec/ws`.
+    Interactive,
+}
+
+impl ExecForm {
+    fn operation(self) -> &'static str {
+        match self {
+            ExecForm::Buffered => "exec",
+            ExecForm::Stream => "exec_stream",
+            ExecForm::Interactive => "exec_interactive",
+        }
+    }
+}
+
+/// A command to run, in any form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecCommand {
+    /// Shell command line, or the program when `args` is present.
+    pub command: String,
+    /// Arguments (no shell).
+    pub args: Option<Vec<String>>,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox.
+    pub workdir: Option<String>,
+    /// Requested deadline; `None` or zero = the default.
+    pub timeout: Option<GoDuration>,
+    /// Pseudo-terminal size, for `tty`.
+    pub tty: Option<TtySize>,
+    /// Whether stdin will be written.
+    pub stdin: bool,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecEnding {
+    /// Exit code (124 on timeout).
+    pub exit_code: i32,
+    /// True when the deadline killed it.
+    pub timed_out: bool,
+    /// Wall time.
+    pub duration: Duration,
+    /// The deadline that applied.
+    pub timeout: Option<Duration>,
+}
+
+/// What a running command produces next.
+#[derive(Debug)]
+pub enum ExecOutput {
+    /// Output bytes.
+    Chunk(ExecChunk),
+    /// The end; nothing follows.
+    Ended(ExecEnding),
+}
+
+/// A command that is running.
+pub struct RunningExec {
+    plane: ControlPlane,
+    sandbox_id: String,
+    provider: String,
+    form: ExecForm,
+    output: Option<OutputStream>,
+    exit: Option<BoxFuture<'static, Result<ExitStatus, ProviderError>>>,
+    status: Option<Result<ExitStatus, ProviderError>>,
+    control: Arc<dyn ExecControl>,
+    started: Instant,
+    timeout: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
+    timed_out: bool,
+    ended: bool,
+}
+
+fn event_data(form: ExecForm, provider: &str) -> Map<String, Value> {
+    let mut data = Map::new();
+    data.insert("operation".into(), json!(form.operation()));
+    data.insert("provider".into(), json!(provider));
+    data
+}
+
+impl RunningExec {
+    /// The control handle (stdin, resize, signals).
+    pub fn control(&self) -> &Arc<dyn ExecControl> {
+        &self.control
+    }
+
+    fn publish(&self, event_type: EventType, extra: &[(&str, Value)]) {
+        let mut data = event_data(self.form, &self.provider);
+        for (key, value) in extra {
+            data.insert((*key).to_owned(), value.clone());
+        }
+        self.plane
+            .events()
+            .publish(event_type, &self.sandbox_id, Some(data));
+    }
+
+    /// The next output chunk, or the ending (once); `None` after the ending.
+    pub async fn next(&mut self) -> Option<ExecOutput> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            if self.output.is_none() {
+                if let Some(status) = self.status.take() {
+                    return Some(self.finish(status));
+                }
+            }
+            let deadline = self.deadline.filter(|_| !self.timed_out);
+            let output = &mut self.output;
+            let exit = &mut self.exit;
+            let has_output = output.is_some();
+            let has_exit = exit.is_some();
+            let step = tokio::select! {
+                chunk = async { output.as_mut()?.next().await }, if has_output => Step::Output(chunk),
+                status = async { Some(exit.as_mut()?.await) }, if has_exit => Step::Exit(status),
+                () = sleep_until(deadline), if deadline.is_some() => Step::Deadline,
+            };
+            match step {
+                Step::Output(Some(Ok(chunk))) => return Some(ExecOutput::Chunk(chunk)),
+                Step::Output(Some(Err(err))) => {
+                    tracing::warn!(sandbox_id = %self.sandbox_id, error = %err, "reading command output failed");
+                    self.output = None;
+                }
+                Step::Output(None) => self.output = None,
+                Step::Exit(status) => {
+                    self.exit = None;
+                    self.status = status;
+                }
+                Step::Deadline => {
+                    self.timed_out = true;
+                    if let Err(err) = self.control.kill().await {
+                        tracing::warn!(sandbox_id = %self.sandbox_id, error = %err, "killing a timed-out command failed");
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, status: Result<ExitStatus, ProviderError>) -> ExecOutput {
+        self.ended = true;
+        let duration = self.started.elapsed();
+        let exit_code = match (&status, self.timed_out) {
+            (_, true) => TIMEOUT_EXIT_CODE,
+            (Ok(status), false) => status.code,
+            (Err(_), false) => -1,
+        };
+        if self.timed_out {
+            let timeout = GoDuration::new(self.timeout.unwrap_or_default());
+            self.publish(
+                EventType::ExecTimeout,
+                &[("error", json!(format!("command timed out after {timeout}")))],
+            );
+        } else if let Err(err) = &status {
+            self.publish(EventType::ExecFailed, &[("error", json!(err.to_string()))]);
+        } else {
+            self.publish(
+                EventType::ExecCompleted,
+                &[
+                    ("exit_code", json!(exit_code)),
+                    ("duration", json!(GoDuration::new(duration).to_string())),
+                ],
+            );
+        }
+        ExecOutput::Ended(ExecEnding {
+            exit_code,
+            timed_out: self.timed_out,
+            duration,
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// One turn of [`RunningExec::next`].
+enum Step {
+    Output(Option<Result<ExecChunk, ProviderError>>),
+    Exit(Option<Result<ExitStatus, ProviderError>>),
+    Deadline,
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Drop for RunningExec {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // The caller went away: end the command, and record how it ended (no exec.timeout).
+        let control = Arc::clone(&self.control);
+        let exit = self.exit.take();
+        let plane = self.plane.clone();
+        let sandbox_id = std::mem::take(&mut self.sandbox_id);
+        let mut data = event_data(self.form, &self.provider);
+        let started = self.started;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let _ = control.kill().await;
+            let code = match exit {
+                Some(exit) => exit.await.map(|s| s.code).unwrap_or(-1),
+                None => -1,
+            };
+            data.insert("exit_code".into(), json!(code));
+            data.insert(
+                "duration".into(),
+                json!(GoDuration::new(started.elapsed()).to_string()),
+            );
+            data.insert("cancelled".into(), json!(true));
+            plane
+                .events()
+                .publish(EventType::ExecCompleted, &sandbox_id, Some(data));
+        });
+    }
+}
+
+impl ControlPlane {
+    /// The deadline for a command of `owner`: requested or default, capped by the effective
+    /// maximum (429 when the request exceeds it).
+    fn exec_deadline(&self, requested: Option<GoDuration>) -> Result<Option<Duration>, Error> {
+        let defaults = &self.config().defaults;
+        let max = defaults.max_exec_timeout.as_std();
+        let requested = requested.filter(|t| !t.is_zero());
+        if let Some(requested) = requested {
+            if !max.is_zero() && requested.as_std() > max {
+                return Err(Error::ResourceLimit {
+                    reason: LimitReason::MaxExecTimeout,
+                    message: format!(
+                        "exec timeout {requested} exceeds the maximum {} (max_exec_timeout)",
+                        defaults.max_exec_timeout
+                    ),
+                });
+            }
+        }
+        let chosen = requested.unwrap_or(defaults.default_exec_timeout).as_std();
+        Ok(match (chosen.is_zero(), max.is_zero()) {
+            (false, _) => Some(if max.is_zero() {
+                chosen
+            } else {
+                chosen.min(max)
+            }),
+            (true, false) => Some(max),
+            (true, true) => None,
+        })
+    }
+
+    /// Validates, then starts a command in a sandbox. Every limit error comes before anything
+    /// runs, the same for every form.
+    pub async fn start_exec(
+        &self,
+        principal: &Principal,
+        id: &str,
+        command: ExecCommand,
+        form: ExecForm,
+    ) -> Result<RunningExec, Error> {
+        if command.command.trim().is_empty() {
+            return Err(Error::invalid("command", "must not be empty"));
+        }
+        if command
+            .env
+            .keys()
+            .any(|k| k.is_empty() || k.contains(['=', '\0']))
+        {
+            return Err(Error::invalid(
+                "env",
+                "variable names must be non-empty and contain no '=' or NUL",
+            ));
+        }
+        let sandbox = self.get_active_sandbox(principal, id).await?;
+        let timeout = self.exec_deadline(command.timeout)?;
+        let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
+        let argv = match command.args {
+            Some(args) => std::iter::once(command.command).chain(args).collect(),
+            None => vec!["/bin/sh".to_owned(), "-c".to_owned(), command.command],
+        };
+        let mut env = sandbox.env.clone();
+        env.extend(command.env);
+        let spec = ExecSpec {
+            argv,
+            env,
+            workdir: command.workdir,
+            tty: command.tty,
+            stdin: command.stdin,
+        };
+        let data = event_data(form, provider.name());
+        self.events().publish(
+            EventType::ExecStarted,
+            sandbox.id.as_str(),
+            Some(data.clone()),
+        );
+        let session = match provider.exec(&sandbox.id, spec).await {
+            Ok(session) => session,
+            Err(err) => {
+                let err = provider_error(provider.name(), "exec", err);
+                let mut data = data;
+                data.insert("error".into(), json!(err.public_message()));
+                self.events()
+                    .publish(EventType::ExecFailed, sandbox.id.as_str(), Some(data));
+                return Err(err);
+            }
+        };
+        let started = Instant::now();
+        Ok(RunningExec {
+            plane: self.clone(),
+            sandbox_id: sandbox.id.to_string(),
+            provider: provider.name().to_owned(),
+            form,
+            output: Some(session.output),
+            exit: Some(session.exit),
+            status: None,
+            control: session.control,
+            started,
+            timeout,
+            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+            timed_out: false,
+            ended: false,
+        })
+    }
+
+    /// Buffered exec: runs to the end and returns everything captured (up to
+    /// [`BUFFERED_OUTPUT_LIMIT`] per stream).
+    pub async fn exec_buffered(
+        &self,
+        principal: &Principal,
+        id: &str,
+        command: ExecCommand,
+    ) -> Result<ExecResult, Error> {
+        let mut running = self
+            .start_exec(principal, id, command, ExecForm::Buffered)
+            .await?;
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        while let Some(output) = running.next().await {
+            match output {
+                ExecOutput::Chunk(chunk) => {
+                    let buffer = match chunk.stream {
+                        StdStream::Stdout => &mut stdout,
+                        StdStream::Stderr => &mut stderr,
+                    };
+                    let room = BUFFERED_OUTPUT_LIMIT.saturating_sub(buffer.len());
+                    buffer.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
+                }
+                ExecOutput::Ended(ending) => {
+                    return Ok(ExecResult {
+                        exit_code: ending.exit_code,
+                        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+                        duration: GoDuration::new(ending.duration),
+                        timed_out: ending.timed_out,
+                    });
+                }
+            }
+        }
+        Err(Error::internal(
+            "running a command",
+            std::io::Error::other("exec ended without a status"),
+        ))
+    }
+
+    /// The provider of a sandbox, checked for a capability.
+    pub(crate) fn capable_provider(
+        &self,
+        name: &str,
+        capability: Capability,
+    ) -> Result<Arc<dyn Provider>, Error> {
+        let provider = self
+            .providers()
+            .get(name)
+            .ok_or_else(|| Error::ProviderUnavailable {
+                provider: name.to_owned(),
+                message: "provider is not enabled on this server".to_owned(),
+            })?;
+        if !provider.capabilities().contains(&capability) {
+            return Err(Error::invalid(
+                "provider",
+                format!("provider {name} does not support {}", capability.as_str()),
+            ));
+        }
+        Ok(Arc::clone(provider))
+    }
+}

@@ -1,0 +1,73 @@
+//! Exec requests and results (interface Exec; decisions §8), and the file-mode syntax the file
+//! API shares.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::duration::GoDuration;
+
+/// The exit code of a command that hit its deadline (as `timeout(1)` reports it).
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// `POST /sandboxes/{id}/exec` body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct ExecRequest {
+    /// Shell command line (run by `/bin/sh -c`), or the program when `args` is given.
+    pub command: String,
+    /// Arguments; when present, `command` runs directly without a shell.
+    pub args: Option<Vec<String>>,
+    /// Extra environment.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory inside the sandbox.
+    pub workdir: Option<String>,
+    /// Deadline, e.g. `30s`; default `defaults.default_exec_timeout`.
+    #[schema(value_type = Option<String>, example = "30s")]
+    pub timeout: Option<GoDuration>,
+    /// Stream output as NDJSON instead of one buffered result.
+    pub stream: bool,
+}
+
+/// The buffered exec result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExecResult {
+    /// Exit code; 124 on timeout, 128+N when killed by signal N.
+    pub exit_code: i32,
+    /// Standard output (invalid UTF-8 replaced by U+FFFD).
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// Wall time, as a Go duration.
+    #[schema(value_type = String, example = "12.5ms")]
+    pub duration: GoDuration,
+    /// True when the deadline killed the command.
+    pub timed_out: bool,
+}
+
+/// Parses a file mode: 1 to 4 octal digits (`755`, `0644`), optionally prefixed `0o`.
+pub fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.trim().strip_prefix("0o").unwrap_or(text.trim());
+    let invalid = || format!("invalid mode {text:?}: expected octal digits such as 644 or 0755");
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return Err(invalid());
+    }
+    u32::from_str_radix(digits, 8).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_modes() {
+        assert_eq!(parse_mode("755"), Ok(0o755));
+        assert_eq!(parse_mode("0644"), Ok(0o644));
+        assert_eq!(parse_mode("0o600"), Ok(0o600));
+        assert_eq!(parse_mode("4755"), Ok(0o4755));
+        for bad in ["", "999", "abc", "8", "07777777", "-1", "0x1ff"] {
+            assert!(parse_mode(bad).is_err(), "{bad}");
+        }
+    }
+}
