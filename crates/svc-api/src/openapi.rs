@@ -14,6 +14,8 @@ use utoipa::OpenApi;
     ),
     tags(
         (name = "sandboxes", description = "Sandbox lifecycle"),
+        (name = "exec", description = "Running commands: buffered, NDJSON streams, WebSocket; logs"),
+        (name = "files", description = "Files inside a sandbox"),
         (name = "templates", description = "Named spawn presets"),
         (name = "providers", description = "Providers, snapshots and the pool"),
         (name = "events", description = "Lifecycle events"),

@@ -21,6 +21,8 @@ pub(crate) fn api_router() -> OpenApiRouter<ControlPlane> {
     let api = OpenApiRouter::new()
         .merge(routes::system::routes())
         .merge(routes::sandboxes::routes())
+        .merge(routes::exec::routes())
+        .merge(routes::files::routes())
         .merge(routes::templates::routes())
         .merge(routes::providers::routes())
         .merge(routes::events::routes());

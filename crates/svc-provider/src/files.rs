@@ -8,7 +8,7 @@ use svc_core::Timestamp;
 pub type ByteStream = BoxStream<'static, Result<Bytes, crate::ProviderError>>;
 
 /// One file or directory (interface FileInfo).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct FileInfo {
     /// Last path component.
     pub name: String,
@@ -19,9 +19,11 @@ pub struct FileInfo {
     /// True for directories.
     pub is_dir: bool,
     /// Last modification.
+    #[schema(value_type = String, format = DateTime)]
     pub mod_time: Timestamp,
     /// Permission bits, rendered as 4-digit octal (`0644`).
     #[serde(serialize_with = "serialize_mode")]
+    #[schema(value_type = String, example = "0644")]
     pub mode: u32,
 }
 

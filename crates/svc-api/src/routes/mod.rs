@@ -2,6 +2,9 @@
 //! registered together with its OpenAPI description.
 
 pub(crate) mod events;
+pub(crate) mod exec;
+mod exec_ws;
+pub(crate) mod files;
 pub(crate) mod providers;
 pub(crate) mod sandboxes;
 pub(crate) mod system;

@@ -1,0 +1,279 @@
+//! `GET /sandboxes/{id}/exec/ws`: interactive exec over a WebSocket (decisions §8). The first
+//! client message is `start`; then `stdin`, `resize` and `signal` in any order. The server
+//! sends `stdout`/`stderr`, then `exit`, and closes with 1000. A protocol error sends
+//! `{"type":"error","message":...}` and closes. A socket that closes ends the command.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use svc_control::{
+    ControlPlane, ExecCommand, ExecControl, ExecForm, ExecOutput, Principal, Signal, StdStream, TtySize,
+};
+use svc_core::GoDuration;
+use tokio::sync::mpsc;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::exec::{timeout_message, TextDecoder};
+use crate::extract::Caller;
+use crate::{ApiError, ErrorBody};
+
+/// How long a client has to send `start`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_TTY: TtySize = TtySize { cols: 80, rows: 24 };
+
+/// The first message.
+#[derive(Debug, Deserialize)]
+struct StartMessage {
+    command: String,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    timeout: Option<GoDuration>,
+    workdir: Option<String>,
+    #[serde(default)]
+    tty: bool,
+    cols: Option<u16>,
+    rows: Option<u16>,
+}
+
+/// Every client message.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ClientMessage {
+    Start(StartMessage),
+    Stdin {
+        #[serde(default)]
+        data: String,
+        #[serde(default)]
+        eof: bool,
+    },
+    Resize {
+        cols: u16,
+        rows: u16,
+    },
+    Signal {
+        signal: String,
+    },
+}
+
+enum StdinOp {
+    Data(Bytes),
+    Eof,
+}
+
+fn parse(message: &str) -> Result<ClientMessage, String> {
+    serde_json::from_str(message).map_err(|e| format!("invalid message: {e}"))
+}
+
+async fn send_json(socket: &mut (impl SinkExt<Message> + Unpin), value: serde_json::Value) -> bool {
+    socket
+        .send(Message::Text(value.to_string().into()))
+        .await
+        .is_ok()
+}
+
+/// Sends an error message and closes.
+async fn fail(socket: &mut (impl SinkExt<Message> + Unpin), message: &str) {
+    send_json(socket, serde_json::json!({"type": "error", "message": message})).await;
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code: axum::extract::ws::close_code::POLICY,
+            reason: "protocol error".into(),
+        })))
+        .await;
+}
+
+/// Text of a client frame; anything but text is a protocol error.
+fn frame_text(message: &Message) -> Result<Option<&str>, String> {
+    match message {
+        Message::Text(text) => Ok(Some(text.as_str())),
+        Message::Ping(_) | Message::Pong(_) => Ok(None),
+        Message::Close(_) => Err(String::new()),
+        Message::Binary(_) => Err("binary frames are not supported; send JSON text messages".into()),
+    }
+}
+
+/// Runs commands interactively.
+#[utoipa::path(get, path = "/sandboxes/{id}/exec/ws", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses(
+        (status = 101, description = "WebSocket upgrade; messages are JSON objects with a `type`"),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox destroyed", body = ErrorBody)))]
+async fn exec_ws(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    // Errors the caller can act on come as HTTP answers, before the upgrade.
+    plane.get_active_sandbox(&principal, &id).await?;
+    Ok(upgrade.on_upgrade(move |socket| session(plane, principal, id, socket)))
+}
+
+async fn session(plane: ControlPlane, principal: Principal, id: String, socket: WebSocket) {
+    let (mut sink, mut source) = socket.split();
+    let start = match tokio::time::timeout(START_TIMEOUT, source.next()).await {
+        Ok(Some(Ok(message))) => match frame_text(&message) {
+            Ok(Some(text)) => parse(text),
+            Ok(None) => Err("the first message must be start".to_owned()),
+            Err(reason) if reason.is_empty() => return,
+            Err(reason) => Err(reason),
+        },
+        Ok(_) => return,
+        Err(_) => Err("no start message within 30s".to_owned()),
+    };
+    let start = match start {
+        Ok(ClientMessage::Start(start)) => start,
+        Ok(_) => return fail(&mut sink, "the first message must be start").await,
+        Err(reason) => return fail(&mut sink, &reason).await,
+    };
+    let tty = start.tty.then(|| TtySize {
+        cols: start.cols.unwrap_or(DEFAULT_TTY.cols),
+        rows: start.rows.unwrap_or(DEFAULT_TTY.rows),
+    });
+    let command = ExecCommand {
+        command: start.command,
+        args: start.args,
+        env: start.env.unwrap_or_default(),
+        workdir: start.workdir,
+        timeout: start.timeout,
+        tty,
+        stdin: true,
+    };
+    let mut running = match plane
+        .start_exec(&principal, &id, command, ExecForm::Interactive)
+        .await
+    {
+        Ok(running) => running,
+        Err(err) => return fail(&mut sink, &err.public_message()).await,
+    };
+    let control = std::sync::Arc::clone(running.control());
+    // Stdin is written by its own task, so a command that does not read cannot stall output.
+    let (stdin_tx, stdin_rx) = mpsc::channel::<StdinOp>(64);
+    let stdin_task = tokio::spawn(write_stdin(std::sync::Arc::clone(&control), stdin_rx));
+    let mut decoder = TextDecoder::default();
+    loop {
+        tokio::select! {
+            output = running.next() => match output {
+                Some(ExecOutput::Chunk(chunk)) => {
+                    let text = decoder.decode(chunk.stream, &chunk.data);
+                    if !text.is_empty() && !send_output(&mut sink, chunk.stream, &text).await {
+                        break;
+                    }
+                }
+                Some(ExecOutput::Ended(ending)) => {
+                    for (stream, rest) in decoder.finish() {
+                        if !rest.is_empty() {
+                            send_output(&mut sink, stream, &rest).await;
+                        }
+                    }
+                    if ending.timed_out {
+                        send_output(&mut sink, StdStream::Stderr, &timeout_message(ending.timeout)).await;
+                    }
+                    send_json(&mut sink, serde_json::json!({"type": "exit", "exit_code": ending.exit_code})).await;
+                    let _ = sink
+                        .send(Message::Close(Some(CloseFrame {
+                            code: axum::extract::ws::close_code::NORMAL,
+                            reason: "exited".into(),
+                        })))
+                        .await;
+                    break;
+                }
+                None => break,
+            },
+            message = source.next() => {
+                let Some(Ok(message)) = message else {
+                    break;
+                };
+                let text = match frame_text(&message) {
+                    Ok(Some(text)) => text,
+                    Ok(None) => continue,
+                    Err(reason) if reason.is_empty() => break,
+                    Err(reason) => {
+                        fail(&mut sink, &reason).await;
+                        break;
+                    }
+                };
+                if let Err(reason) = handle(parse(text), control.as_ref(), &stdin_tx).await {
+                    fail(&mut sink, &reason).await;
+                    break;
+                }
+            }
+        }
+    }
+    // Dropping `running` before its end kills the command (the socket went away).
+    drop(running);
+    drop(stdin_tx);
+    let _ = stdin_task.await;
+}
+
+async fn send_output(
+    sink: &mut (impl SinkExt<Message> + Unpin),
+    stream: StdStream,
+    text: &str,
+) -> bool {
+    let kind = match stream {
+        StdStream::Stdout => "stdout",
+        StdStream::Stderr => "stderr",
+    };
+    send_json(sink, serde_json::json!({"type": kind, "data": text})).await
+}
+
+async fn handle(
+    message: Result<ClientMessage, String>,
+    control: &dyn ExecControl,
+    stdin: &mpsc::Sender<StdinOp>,
+) -> Result<(), String> {
+    match message? {
+        ClientMessage::Start(_) => Err("the command is already started".into()),
+        ClientMessage::Stdin { data, eof } => {
+            if !data.is_empty() {
+                let _ = stdin.send(StdinOp::Data(Bytes::from(data))).await;
+            }
+            if eof {
+                let _ = stdin.send(StdinOp::Eof).await;
+            }
+            Ok(())
+        }
+        ClientMessage::Resize { cols, rows } => {
+            if cols == 0 || rows == 0 {
+                return Err("resize needs cols and rows of at least 1".into());
+            }
+            control
+                .resize(TtySize { cols, rows })
+                .await
+                .map_err(|e| e.to_string())
+        }
+        ClientMessage::Signal { signal } => {
+            let parsed = Signal::parse(&signal).ok_or_else(|| {
+                format!("unknown signal {signal:?} (allowed: SIGINT, SIGTERM, SIGKILL, SIGHUP)")
+            })?;
+            control.signal(parsed).await.map_err(|e| e.to_string())
+        }
+    }
+}
+
+async fn write_stdin(control: std::sync::Arc<dyn ExecControl>, mut ops: mpsc::Receiver<StdinOp>) {
+    while let Some(op) = ops.recv().await {
+        let result = match op {
+            StdinOp::Data(data) => control.write_stdin(data).await,
+            StdinOp::Eof => control.close_stdin().await,
+        };
+        if result.is_err() {
+            // The command stopped reading (or ended); later input has nowhere to go.
+            while ops.recv().await.is_some() {}
+            return;
+        }
+    }
+}
+
+pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
+    OpenApiRouter::new().routes(routes!(exec_ws))
+}

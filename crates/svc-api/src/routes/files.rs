@@ -1,0 +1,253 @@
+//! `/sandboxes/{id}/files`: write, read (streamed, binary-safe), delete, list, move, chmod,
+//! stat, glob.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use svc_control::{ControlPlane, FileInfo};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::StatusBody;
+use crate::extract::{ApiJson, ApiQuery, Caller};
+use crate::{ApiError, ErrorBody};
+
+/// A mode given as text (`"755"`, `"0644"`) or, leniently, as a number whose digits are octal
+/// (`755`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+enum ModeText {
+    Text(String),
+    Digits(u64),
+}
+
+impl ModeText {
+    fn text(&self) -> String {
+        match self {
+            ModeText::Text(text) => text.clone(),
+            ModeText::Digits(digits) => digits.to_string(),
+        }
+    }
+}
+
+/// `POST /files` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+struct WriteFile {
+    /// Absolute path inside the sandbox; parent directories are created.
+    path: String,
+    /// The content, in `encoding`.
+    #[serde(default)]
+    content: String,
+    /// Octal permission bits (default `0644`).
+    #[schema(value_type = Option<String>, example = "0644")]
+    mode: Option<ModeText>,
+    /// `utf8` (default) or `base64`.
+    encoding: Option<String>,
+}
+
+/// `POST /files/move` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+struct MoveFile {
+    /// Source path.
+    old_path: String,
+    /// Destination path; an existing file there is replaced.
+    new_path: String,
+}
+
+/// `POST /files/chmod` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+struct ChmodFile {
+    /// Path.
+    path: String,
+    /// Octal permission bits.
+    #[schema(value_type = String, example = "0755")]
+    mode: ModeText,
+}
+
+/// `?path=` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct PathQuery {
+    /// Absolute path inside the sandbox.
+    path: Option<String>,
+}
+
+/// `DELETE /files` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DeleteQuery {
+    /// Absolute path inside the sandbox.
+    path: Option<String>,
+    /// Delete non-empty directories (default false).
+    recursive: Option<bool>,
+}
+
+/// `GET /files/glob` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct GlobQuery {
+    /// Absolute pattern with `*`, `?`, `[...]`, `**`.
+    pattern: Option<String>,
+}
+
+fn required(value: Option<String>, name: &str) -> Result<String, ApiError> {
+    value.ok_or_else(|| ApiError(svc_core::Error::invalid(name, "query parameter is required")))
+}
+
+/// Writes a file.
+#[utoipa::path(post, path = "/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    request_body = WriteFile,
+    responses((status = 200, description = "`{\"status\": \"written\"}`", body = StatusBody),
+        (status = 400, description = "Invalid path, mode or content", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox destroyed", body = ErrorBody)))]
+async fn write(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<WriteFile>,
+) -> Result<Json<StatusBody>, ApiError> {
+    let mode = body.mode.as_ref().map(ModeText::text);
+    plane
+        .write_file(&principal, &id, &body.path, &body.content, mode.as_deref(), body.encoding.as_deref())
+        .await?;
+    Ok(Json(StatusBody { status: "written" }))
+}
+
+/// Reads a file's raw bytes (streamed).
+#[utoipa::path(get, path = "/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
+    responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "Invalid path, or a directory", body = ErrorBody),
+        (status = 404, description = "No such sandbox or file", body = ErrorBody)))]
+async fn read(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> Result<Response, ApiError> {
+    let path = required(query.path, "path")?;
+    let stream = plane.read_file(&principal, &id, &path).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Deletes a file or directory.
+#[utoipa::path(delete, path = "/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), DeleteQuery),
+    responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
+        (status = 400, description = "Invalid path, `/`, or a non-empty directory without recursive", body = ErrorBody),
+        (status = 404, description = "No such sandbox or file", body = ErrorBody)))]
+async fn delete(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<DeleteQuery>,
+) -> Result<Json<StatusBody>, ApiError> {
+    let path = required(query.path, "path")?;
+    plane
+        .delete_file(&principal, &id, &path, query.recursive.unwrap_or(false))
+        .await?;
+    Ok(Json(StatusBody { status: "deleted" }))
+}
+
+/// Lists a directory, sorted by name.
+#[utoipa::path(get, path = "/sandboxes/{id}/files/list", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
+    responses((status = 200, description = "Entries", body = Vec<FileInfo>),
+        (status = 400, description = "Invalid path or not a directory", body = ErrorBody),
+        (status = 404, description = "No such sandbox or directory", body = ErrorBody)))]
+async fn list(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> Result<Json<Vec<FileInfo>>, ApiError> {
+    let path = query.path.unwrap_or_else(|| "/".to_owned());
+    Ok(Json(plane.list_files(&principal, &id, &path).await?))
+}
+
+/// Moves or renames.
+#[utoipa::path(post, path = "/sandboxes/{id}/files/move", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    request_body = MoveFile,
+    responses((status = 200, description = "`{\"status\": \"moved\"}`", body = StatusBody),
+        (status = 400, description = "Invalid paths", body = ErrorBody),
+        (status = 404, description = "No such sandbox or source", body = ErrorBody)))]
+async fn move_file(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<MoveFile>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane
+        .move_file(&principal, &id, &body.old_path, &body.new_path)
+        .await?;
+    Ok(Json(StatusBody { status: "moved" }))
+}
+
+/// Changes permission bits.
+#[utoipa::path(post, path = "/sandboxes/{id}/files/chmod", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    request_body = ChmodFile,
+    responses((status = 200, description = "`{\"status\": \"chmod applied\"}`", body = StatusBody),
+        (status = 400, description = "Invalid path or mode", body = ErrorBody),
+        (status = 404, description = "No such sandbox or file", body = ErrorBody)))]
+async fn chmod(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ChmodFile>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane
+        .chmod_file(&principal, &id, &body.path, &body.mode.text())
+        .await?;
+    Ok(Json(StatusBody { status: "chmod applied" }))
+}
+
+/// Describes one path.
+#[utoipa::path(get, path = "/sandboxes/{id}/files/stat", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
+    responses((status = 200, description = "File info", body = FileInfo),
+        (status = 404, description = "No such sandbox or file", body = ErrorBody)))]
+async fn stat(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> Result<Json<FileInfo>, ApiError> {
+    let path = required(query.path, "path")?;
+    Ok(Json(plane.stat_file(&principal, &id, &path).await?))
+}
+
+/// Paths matching an absolute glob, sorted.
+#[utoipa::path(get, path = "/sandboxes/{id}/files/glob", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), GlobQuery),
+    responses((status = 200, description = "Matching paths", body = Vec<String>),
+        (status = 400, description = "Pattern not absolute or invalid", body = ErrorBody)))]
+async fn glob(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<GlobQuery>,
+) -> Result<Json<Vec<String>>, ApiError> {
+    let pattern = required(query.pattern, "pattern")?;
+    Ok(Json(plane.glob_files(&principal, &id, &pattern).await?))
+}
+
+pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
+    OpenApiRouter::new()
+        .routes(routes!(write, read, delete))
+        .routes(routes!(list))
+        .routes(routes!(move_file))
+        .routes(routes!(chmod))
+        .routes(routes!(stat))
+        .routes(routes!(glob))
+}
