@@ -267,7 +267,13 @@ fn walk(
     }
     let entries = match root.read_dir(rel(dir)) {
         Ok(entries) => entries,
-        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+        // Missing, not a directory, or a symlink leading outside: nothing to match there.
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::PermissionDenied
+            ) =>
+        {
             return Ok(())
         }
         Err(e) => return Err(io_error(dir, &e)),

@@ -359,6 +359,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn file_paths_cannot_escape_the_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("secret.txt");
+        std::fs::write(&outside, b"host secret").unwrap();
+        let mock = MockProvider::new(dir.path().join("mock"));
+        let spec = spec();
+        mock.spawn(&spec).await.unwrap();
+        let sandbox = mock.sandbox_dir(&spec.id);
+        std::os::unix::fs::symlink("/etc", sandbox.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../../secret.txt", sandbox.join("rel")).unwrap();
+        std::os::unix::fs::symlink(&outside, sandbox.join("direct")).unwrap();
+        let path = |p: &str| SandboxPath::parse(p).unwrap();
+        for escaping in ["/abs/passwd", "/rel", "/direct"] {
+            let err = match mock.read_file(&spec.id, &path(escaping)).await {
+                Ok(_) => panic!("{escaping} escaped the sandbox"),
+                Err(err) => err,
+            };
+            assert!(
+                matches!(err, ProviderError::InvalidRequest { .. } | ProviderError::FileNotFound { .. }),
+                "{escaping}: {err:?}"
+            );
+            let content: ByteStream = Box::pin(futures::stream::once(async { Ok(bytes::Bytes::from_static(b"x")) }));
+            assert!(mock.write_file(&spec.id, &path(escaping), 0o644, content).await.is_err(), "{escaping}");
+        }
+        assert_eq!(std::fs::read(&outside).unwrap(), b"host secret", "the host file is untouched");
+        // `..` is resolved lexically at the sandbox root.
+        let err = mock.stat(&spec.id, &path("/../../secret.txt")).await.unwrap_err();
+        assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+        assert!(mock.glob(&spec.id, "/abs/*").await.unwrap().is_empty(), "glob does not follow symlinks");
+        let mut exec = ExecSpec {
+            argv: vec!["pwd".into()],
+            env: BTreeMap::new(),
+            workdir: Some("/abs".into()),
+            tty: None,
+            stdin: false,
+        };
+        assert!(mock.exec(&spec.id, exec.clone()).await.is_err(), "a workdir through a symlink cannot leave");
+        exec.workdir = None;
+        assert!(mock.exec(&spec.id, exec).await.is_ok());
+    }
+
+    #[tokio::test]
     async fn unusable_root_is_unhealthy() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("file");

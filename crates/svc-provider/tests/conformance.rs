@@ -1,0 +1,463 @@
+//! The provider conformance suite: one behavioural contract every provider must pass, written
+//! over `&dyn Provider` and expanded by a macro into one test per case per backend. Docker and
+//! Firecracker join the backend list with their issues; a case needing a capability a backend
+//! does not declare reports itself skipped, saying why.
+
+// Cases are plain async functions shared by the generated tests.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use svc_core::path::SandboxPath;
+use svc_core::{Capability, SandboxId};
+use svc_provider::mock::MockProvider;
+use svc_provider::{
+    ByteStream, ExecSession, ExecSpec, Provider, ProviderError, Signal, SpawnSpec, StdStream,
+    TtySize,
+};
+
+/// A backend under test and what keeps it alive.
+struct Backend {
+    provider: Arc<dyn Provider>,
+    _guard: Option<tempfile::TempDir>,
+}
+
+async fn mock() -> Option<Backend> {
+    let dir = tempfile::tempdir().unwrap();
+    Some(Backend {
+        provider: Arc::new(MockProvider::new(dir.path().join("mock"))),
+        _guard: Some(dir),
+    })
+}
+
+/// A sandbox for one case, destroyed at the end.
+struct Sandbox {
+    provider: Arc<dyn Provider>,
+    id: SandboxId,
+}
+
+impl Sandbox {
+    async fn new(provider: Arc<dyn Provider>) -> Self {
+        let id = SandboxId::generate();
+        let spec = SpawnSpec {
+            id: id.clone(),
+            image: "alpine:latest".into(),
+            memory_mb: 256,
+            vcpus: 1,
+            env: BTreeMap::from([("SANDBOX_DEFAULT".into(), "yes".into())]),
+            network: None,
+            labels: BTreeMap::new(),
+        };
+        provider.spawn(&spec).await.unwrap();
+        Sandbox { provider, id }
+    }
+
+    fn p(&self) -> &dyn Provider {
+        self.provider.as_ref()
+    }
+
+    async fn start(&self, spec: ExecSpec) -> ExecSession {
+        self.p().exec(&self.id, spec).await.unwrap()
+    }
+
+    /// Runs a shell command to the end.
+    async fn sh(&self, command: &str) -> Output {
+        self.run(spec(&["/bin/sh", "-c", command])).await
+    }
+
+    async fn run(&self, spec: ExecSpec) -> Output {
+        collect(self.start(spec).await).await
+    }
+
+    async fn write(&self, path: &str, content: &[u8], mode: u32) -> Result<(), ProviderError> {
+        let bytes = Bytes::copy_from_slice(content);
+        let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
+        self.p().write_file(&self.id, &path_of(path), mode, stream).await
+    }
+
+    async fn read(&self, path: &str) -> Result<Vec<u8>, ProviderError> {
+        let mut stream = self.p().read_file(&self.id, &path_of(path)).await?;
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(out)
+    }
+}
+
+fn path_of(path: &str) -> SandboxPath {
+    SandboxPath::parse(path).unwrap()
+}
+
+fn spec(argv: &[&str]) -> ExecSpec {
+    ExecSpec {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        env: BTreeMap::new(),
+        workdir: None,
+        tty: None,
+        stdin: false,
+    }
+}
+
+#[derive(Debug, Default)]
+struct Output {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Output {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+async fn collect(session: ExecSession) -> Output {
+    let ExecSession { mut output, exit, .. } = session;
+    let reading = async {
+        let mut out = Output::default();
+        while let Some(chunk) = output.next().await {
+            let chunk = chunk.unwrap();
+            match chunk.stream {
+                StdStream::Stdout => out.stdout.extend_from_slice(&chunk.data),
+                StdStream::Stderr => out.stderr.extend_from_slice(&chunk.data),
+            }
+        }
+        out
+    };
+    let (mut out, status) = tokio::join!(reading, exit);
+    out.code = status.unwrap().code;
+    out
+}
+
+fn needs(provider: &dyn Provider, capability: Capability) -> bool {
+    let has = provider.capabilities().contains(&capability);
+    if !has {
+        eprintln!(
+            "SKIPPED: provider {} does not declare {}",
+            provider.name(),
+            capability.as_str()
+        );
+    }
+    has
+}
+
+// ---- exec ----
+
+async fn exit_codes(sb: &Sandbox) {
+    for code in [0, 1, 3, 255] {
+        assert_eq!(sb.sh(&format!("exit {code}")).await.code, code);
+    }
+}
+
+async fn stdout_and_stderr_are_separate(sb: &Sandbox) {
+    let out = sb.sh("echo out; echo err >&2; echo out2").await;
+    assert_eq!(out.stdout(), "out\nout2\n");
+    assert_eq!(out.stderr(), "err\n");
+}
+
+async fn argv_mode_runs_without_a_shell(sb: &Sandbox) {
+    let out = sb.run(spec(&["echo", "$HOME", "a b"])).await;
+    assert_eq!(out.stdout(), "$HOME a b\n");
+    let missing = sb.p().exec(&sb.id, spec(&["/no/such/program"])).await;
+    assert!(
+        matches!(missing, Err(ProviderError::InvalidRequest { .. })),
+        "a missing program is a clear error, got {:?}",
+        missing.err()
+    );
+}
+
+async fn large_output_arrives_whole(sb: &Sandbox) {
+    let out = sb
+        .sh("head -c 8000000 /dev/zero | tr '\\0' x; head -c 100000 /dev/zero | tr '\\0' y >&2")
+        .await;
+    assert_eq!(out.code, 0);
+    assert_eq!(out.stdout.len(), 8_000_000);
+    assert!(out.stdout.iter().all(|b| *b == b'x'));
+    assert_eq!(out.stderr.len(), 100_000);
+}
+
+async fn binary_output_is_kept(sb: &Sandbox) {
+    let out = sb.sh("printf '\\000\\001\\377\\376'").await;
+    assert_eq!(out.stdout, vec![0, 1, 255, 254]);
+}
+
+async fn env_and_workdir(sb: &Sandbox) {
+    sb.write("/work/dir/marker", b"m", 0o644).await.unwrap();
+    let mut spec = spec(&["/bin/sh", "-c", "echo $FOO; ls"]);
+    spec.env.insert("FOO".into(), "bar baz".into());
+    spec.workdir = Some("/work/dir".into());
+    let out = sb.run(spec).await;
+    assert_eq!(out.code, 0, "{}", out.stderr());
+    assert_eq!(out.stdout(), "bar baz\nmarker\n");
+    let mut bad = self::spec(&["true"]);
+    bad.workdir = Some("/does/not/exist".into());
+    assert!(sb.p().exec(&sb.id, bad).await.is_err());
+}
+
+async fn concurrent_execs_do_not_mix(sb: &Sandbox) {
+    let runs = (0..8).map(|i| async move {
+        let out = sb.sh(&format!("for j in 1 2 3; do echo {i}; done")).await;
+        (i, out)
+    });
+    for (i, out) in futures::future::join_all(runs).await {
+        assert_eq!(out.stdout(), format!("{i}\n{i}\n{i}\n"));
+    }
+}
+
+async fn stdin_then_eof(sb: &Sandbox) {
+    let mut spec = spec(&["cat"]);
+    spec.stdin = true;
+    let session = sb.start(spec).await;
+    session.control.write_stdin(Bytes::from_static(b"hello ")).await.unwrap();
+    session.control.write_stdin(Bytes::from_static(b"world")).await.unwrap();
+    session.control.close_stdin().await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
+        .await
+        .expect("cat ends after EOF");
+    assert_eq!(out.stdout(), "hello world");
+    assert_eq!(out.code, 0);
+}
+
+async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
+    for (signal, code) in [(Signal::Int, 130), (Signal::Term, 143), (Signal::Kill, 137), (Signal::Hup, 129)] {
+        let session = sb.start(spec(&["sleep", "30"])).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        session.control.signal(signal).await.unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
+            .await
+            .expect("the signal ends the command");
+        assert_eq!(out.code, code, "{signal:?}");
+    }
+}
+
+async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
+    let session = sb.start(spec(&["/bin/sh", "-c", "sleep 60 & sleep 60; echo never"])).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    session.control.kill().await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
+        .await
+        .expect("kill ends the command and its children");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!out.stdout().contains("never"));
+    let survivors = sb.sh("ps -eo args 2>/dev/null | grep -c '^sleep 60' || true").await;
+    assert_eq!(survivors.stdout().trim(), "0", "no child survives the kill");
+}
+
+async fn tty_merges_output_and_resizes(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Console) {
+        return;
+    }
+    let mut size = spec(&["stty", "size"]);
+    size.tty = Some(TtySize { cols: 91, rows: 33 });
+    let out = sb.run(size).await;
+    assert_eq!(out.stdout().trim(), "33 91");
+    let mut merged = spec(&["/bin/sh", "-c", "echo to-err >&2"]);
+    merged.tty = Some(TtySize { cols: 80, rows: 24 });
+    let out = sb.run(merged).await;
+    assert!(out.stdout().contains("to-err") && out.stderr.is_empty());
+
+    let mut interactive = spec(&["/bin/sh", "-c", "read line; stty size"]);
+    interactive.tty = Some(TtySize { cols: 80, rows: 24 });
+    interactive.stdin = true;
+    let session = sb.start(interactive).await;
+    session.control.resize(TtySize { cols: 120, rows: 40 }).await.unwrap();
+    session.control.write_stdin(Bytes::from_static(b"go\n")).await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), collect(session)).await.unwrap();
+    assert!(out.stdout().contains("40 120"), "{:?}", out.stdout());
+}
+
+// ---- files ----
+
+async fn binary_files_round_trip(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    let all: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    sb.write("/data/bin.dat", &all, 0o600).await.unwrap();
+    assert_eq!(sb.read("/data/bin.dat").await.unwrap(), all);
+    let info = sb.p().stat(&sb.id, &path_of("/data/bin.dat")).await.unwrap();
+    assert_eq!(info.size, 300_000);
+    assert_eq!(info.mode, 0o600);
+    assert!(!info.is_dir);
+    assert_eq!(info.name, "bin.dat");
+    assert_eq!(info.path, "/data/bin.dat");
+    // Overwrite truncates.
+    sb.write("/data/bin.dat", b"short", 0o644).await.unwrap();
+    assert_eq!(sb.read("/data/bin.dat").await.unwrap(), b"short");
+}
+
+async fn unicode_names(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    sb.write("/dír/ünïcödé 文件.txt", "✓".as_bytes(), 0o644).await.unwrap();
+    let listed = sb.p().list_dir(&sb.id, &path_of("/dír")).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "ünïcödé 文件.txt");
+    assert_eq!(listed[0].path, "/dír/ünïcödé 文件.txt");
+    assert_eq!(sb.read("/dír/ünïcödé 文件.txt").await.unwrap(), "✓".as_bytes());
+    let found = sb.p().glob(&sb.id, "/dír/*.txt").await.unwrap();
+    assert_eq!(found, vec!["/dír/ünïcödé 文件.txt".to_owned()]);
+}
+
+async fn listing_is_sorted_with_modes(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    sb.write("/l/b.txt", b"bb", 0o644).await.unwrap();
+    sb.write("/l/a.sh", b"#!/bin/sh", 0o755).await.unwrap();
+    sb.write("/l/sub/c", b"c", 0o644).await.unwrap();
+    let listed = sb.p().list_dir(&sb.id, &path_of("/l")).await.unwrap();
+    let names: Vec<_> = listed.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["a.sh", "b.txt", "sub"]);
+    assert_eq!(listed[0].mode, 0o755);
+    assert_eq!(listed[1].size, 2);
+    assert!(listed[2].is_dir);
+    let err = sb.p().list_dir(&sb.id, &path_of("/l/b.txt")).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    let err = sb.p().list_dir(&sb.id, &path_of("/nope")).await.unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+}
+
+async fn delete_rules(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    sb.write("/d/x/y.txt", b"y", 0o644).await.unwrap();
+    let err = sb.p().delete_file(&sb.id, &path_of("/d"), false).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    assert!(sb.read("/d/x/y.txt").await.is_ok(), "nothing was deleted");
+    sb.p().delete_file(&sb.id, &path_of("/d/x/y.txt"), false).await.unwrap();
+    sb.p().delete_file(&sb.id, &path_of("/d/x"), false).await.unwrap();
+    sb.write("/d/z/w.txt", b"w", 0o644).await.unwrap();
+    sb.p().delete_file(&sb.id, &path_of("/d"), true).await.unwrap();
+    let err = sb.p().stat(&sb.id, &path_of("/d")).await.unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+    let err = sb.p().delete_file(&sb.id, &path_of("/d"), true).await.unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+    let err = sb.p().delete_file(&sb.id, &SandboxPath::root(), true).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+}
+
+async fn move_and_chmod(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    sb.write("/m/src.txt", b"source", 0o644).await.unwrap();
+    sb.write("/m/dst.txt", b"old", 0o644).await.unwrap();
+    sb.p().move_path(&sb.id, &path_of("/m/src.txt"), &path_of("/m/dst.txt")).await.unwrap();
+    assert_eq!(sb.read("/m/dst.txt").await.unwrap(), b"source");
+    let err = sb.read("/m/src.txt").await.unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+    let err = sb
+        .p()
+        .move_path(&sb.id, &path_of("/m/missing"), &path_of("/m/x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+    sb.p().chmod(&sb.id, &path_of("/m/dst.txt"), 0o750).await.unwrap();
+    assert_eq!(sb.p().stat(&sb.id, &path_of("/m/dst.txt")).await.unwrap().mode, 0o750);
+    let err = sb.p().chmod(&sb.id, &path_of("/m/none"), 0o750).await.unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+}
+
+async fn glob_patterns(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    for path in ["/g/a.rs", "/g/b.rs", "/g/c.txt", "/g/x/d.rs", "/g/x/y/e.rs", "/g/file1.md", "/g/file2.md"] {
+        sb.write(path, b"", 0o644).await.unwrap();
+    }
+    let glob = |pattern: &'static str| async move { sb.p().glob(&sb.id, pattern).await.unwrap() };
+    assert_eq!(glob("/g/*.rs").await, ["/g/a.rs", "/g/b.rs"]);
+    assert_eq!(glob("/g/**/*.rs").await, ["/g/a.rs", "/g/b.rs", "/g/x/d.rs", "/g/x/y/e.rs"]);
+    assert_eq!(glob("/g/file?.md").await, ["/g/file1.md", "/g/file2.md"]);
+    assert_eq!(glob("/g/file[2].md").await, ["/g/file2.md"]);
+    assert!(glob("/nothing/*").await.is_empty());
+    let err = sb.p().glob(&sb.id, "relative/*").await.unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+}
+
+async fn read_errors(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    sb.write("/r/f", b"f", 0o644).await.unwrap();
+    let err = sb.read("/r").await.unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    let err = sb.read("/r/missing").await.unwrap_err();
+    assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
+    let err = sb.write("/", b"x", 0o644).await.unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+}
+
+async fn logs_answer(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Console) {
+        return;
+    }
+    sb.sh("echo logged").await;
+    let lines = sb.p().logs(&sb.id, 100).await.unwrap();
+    assert!(lines.len() <= 100);
+    assert!(sb.p().logs(&sb.id, 0).await.unwrap().is_empty());
+}
+
+async fn operations_on_a_destroyed_sandbox_fail(sb: &Sandbox) {
+    sb.p().destroy(&sb.id).await.unwrap();
+    assert!(sb.p().exec(&sb.id, spec(&["true"])).await.is_err());
+    if sb.p().capabilities().contains(&Capability::Files) {
+        assert!(sb.read("/x").await.is_err());
+    }
+}
+
+macro_rules! conformance {
+    ($backend:ident: $($case:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(backend) = super::$backend().await else {
+                        return;
+                    };
+                    if !super::needs(backend.provider.as_ref(), svc_core::Capability::Exec) {
+                        return;
+                    }
+                    let sandbox = super::Sandbox::new(std::sync::Arc::clone(&backend.provider)).await;
+                    super::$case(&sandbox).await;
+                    backend.provider.destroy(&sandbox.id).await.unwrap();
+                }
+            )*
+        }
+    };
+}
+
+conformance!(mock:
+    exit_codes,
+    stdout_and_stderr_are_separate,
+    argv_mode_runs_without_a_shell,
+    large_output_arrives_whole,
+    binary_output_is_kept,
+    env_and_workdir,
+    concurrent_execs_do_not_mix,
+    stdin_then_eof,
+    signals_end_commands_with_128_plus_n,
+    kill_stops_everything_the_command_started,
+    tty_merges_output_and_resizes,
+    binary_files_round_trip,
+    unicode_names,
+    listing_is_sorted_with_modes,
+    delete_rules,
+    move_and_chmod,
+    glob_patterns,
+    read_errors,
+    logs_answer,
+    operations_on_a_destroyed_sandbox_fail,
+);
