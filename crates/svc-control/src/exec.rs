@@ -135,7 +135,7 @@ impl RunningExec {
         loop {
             if self.output.is_none() {
                 if let Some(status) = self.status.take() {
-                    return Some(self.finish(status));
+                    return Some(self.finish(&status));
                 }
             }
             let deadline = self.deadline.filter(|_| !self.timed_out);
@@ -169,10 +169,10 @@ impl RunningExec {
         }
     }
 
-    fn finish(&mut self, status: Result<ExitStatus, ProviderError>) -> ExecOutput {
+    fn finish(&mut self, status: &Result<ExitStatus, ProviderError>) -> ExecOutput {
         self.ended = true;
         let duration = self.started.elapsed();
-        let exit_code = match (&status, self.timed_out) {
+        let exit_code = match (status, self.timed_out) {
             (_, true) => TIMEOUT_EXIT_CODE,
             (Ok(status), false) => status.code,
             (Err(_), false) => -1,
@@ -183,7 +183,7 @@ impl RunningExec {
                 EventType::ExecTimeout,
                 &[("error", json!(format!("command timed out after {timeout}")))],
             );
-        } else if let Err(err) = &status {
+        } else if let Err(err) = status {
             self.publish(EventType::ExecFailed, &[("error", json!(err.to_string()))]);
         } else {
             self.publish(

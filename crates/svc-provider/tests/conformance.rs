@@ -76,7 +76,9 @@ impl Sandbox {
     async fn write(&self, path: &str, content: &[u8], mode: u32) -> Result<(), ProviderError> {
         let bytes = Bytes::copy_from_slice(content);
         let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
-        self.p().write_file(&self.id, &path_of(path), mode, stream).await
+        self.p()
+            .write_file(&self.id, &path_of(path), mode, stream)
+            .await
     }
 
     async fn read(&self, path: &str) -> Result<Vec<u8>, ProviderError> {
@@ -120,7 +122,9 @@ impl Output {
 }
 
 async fn collect(session: ExecSession) -> Output {
-    let ExecSession { mut output, exit, .. } = session;
+    let ExecSession {
+        mut output, exit, ..
+    } = session;
     let reading = async {
         let mut out = Output::default();
         while let Some(chunk) = output.next().await {
@@ -216,8 +220,16 @@ async fn stdin_then_eof(sb: &Sandbox) {
     let mut spec = spec(&["cat"]);
     spec.stdin = true;
     let session = sb.start(spec).await;
-    session.control.write_stdin(Bytes::from_static(b"hello ")).await.unwrap();
-    session.control.write_stdin(Bytes::from_static(b"world")).await.unwrap();
+    session
+        .control
+        .write_stdin(Bytes::from_static(b"hello "))
+        .await
+        .unwrap();
+    session
+        .control
+        .write_stdin(Bytes::from_static(b"world"))
+        .await
+        .unwrap();
     session.control.close_stdin().await.unwrap();
     let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
         .await
@@ -227,7 +239,12 @@ async fn stdin_then_eof(sb: &Sandbox) {
 }
 
 async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
-    for (signal, code) in [(Signal::Int, 130), (Signal::Term, 143), (Signal::Kill, 137), (Signal::Hup, 129)] {
+    for (signal, code) in [
+        (Signal::Int, 130),
+        (Signal::Term, 143),
+        (Signal::Kill, 137),
+        (Signal::Hup, 129),
+    ] {
         let session = sb.start(spec(&["sleep", "30"])).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         session.control.signal(signal).await.unwrap();
@@ -239,7 +256,9 @@ async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
 }
 
 async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
-    let session = sb.start(spec(&["/bin/sh", "-c", "sleep 60 & sleep 60; echo never"])).await;
+    let session = sb
+        .start(spec(&["/bin/sh", "-c", "sleep 60 & sleep 60; echo never"]))
+        .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     session.control.kill().await.unwrap();
@@ -248,7 +267,9 @@ async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
         .expect("kill ends the command and its children");
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(!out.stdout().contains("never"));
-    let survivors = sb.sh("ps -eo args 2>/dev/null | grep -c '^sleep 60' || true").await;
+    let survivors = sb
+        .sh("ps -eo args 2>/dev/null | grep -c '^sleep 60' || true")
+        .await;
     assert_eq!(survivors.stdout().trim(), "0", "no child survives the kill");
 }
 
@@ -269,9 +290,22 @@ async fn tty_merges_output_and_resizes(sb: &Sandbox) {
     interactive.tty = Some(TtySize { cols: 80, rows: 24 });
     interactive.stdin = true;
     let session = sb.start(interactive).await;
-    session.control.resize(TtySize { cols: 120, rows: 40 }).await.unwrap();
-    session.control.write_stdin(Bytes::from_static(b"go\n")).await.unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(10), collect(session)).await.unwrap();
+    session
+        .control
+        .resize(TtySize {
+            cols: 120,
+            rows: 40,
+        })
+        .await
+        .unwrap();
+    session
+        .control
+        .write_stdin(Bytes::from_static(b"go\n"))
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
+        .await
+        .unwrap();
     assert!(out.stdout().contains("40 120"), "{:?}", out.stdout());
 }
 
@@ -284,7 +318,11 @@ async fn binary_files_round_trip(sb: &Sandbox) {
     let all: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
     sb.write("/data/bin.dat", &all, 0o600).await.unwrap();
     assert_eq!(sb.read("/data/bin.dat").await.unwrap(), all);
-    let info = sb.p().stat(&sb.id, &path_of("/data/bin.dat")).await.unwrap();
+    let info = sb
+        .p()
+        .stat(&sb.id, &path_of("/data/bin.dat"))
+        .await
+        .unwrap();
     assert_eq!(info.size, 300_000);
     assert_eq!(info.mode, 0o600);
     assert!(!info.is_dir);
@@ -299,12 +337,17 @@ async fn unicode_names(sb: &Sandbox) {
     if !needs(sb.p(), Capability::Files) {
         return;
     }
-    sb.write("/dír/ünïcödé 文件.txt", "✓".as_bytes(), 0o644).await.unwrap();
+    sb.write("/dír/ünïcödé 文件.txt", "✓".as_bytes(), 0o644)
+        .await
+        .unwrap();
     let listed = sb.p().list_dir(&sb.id, &path_of("/dír")).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name, "ünïcödé 文件.txt");
     assert_eq!(listed[0].path, "/dír/ünïcödé 文件.txt");
-    assert_eq!(sb.read("/dír/ünïcödé 文件.txt").await.unwrap(), "✓".as_bytes());
+    assert_eq!(
+        sb.read("/dír/ünïcödé 文件.txt").await.unwrap(),
+        "✓".as_bytes()
+    );
     let found = sb.p().glob(&sb.id, "/dír/*.txt").await.unwrap();
     assert_eq!(found, vec!["/dír/ünïcödé 文件.txt".to_owned()]);
 }
@@ -322,9 +365,20 @@ async fn listing_is_sorted_with_modes(sb: &Sandbox) {
     assert_eq!(listed[0].mode, 0o755);
     assert_eq!(listed[1].size, 2);
     assert!(listed[2].is_dir);
-    let err = sb.p().list_dir(&sb.id, &path_of("/l/b.txt")).await.unwrap_err();
-    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
-    let err = sb.p().list_dir(&sb.id, &path_of("/nope")).await.unwrap_err();
+    let err = sb
+        .p()
+        .list_dir(&sb.id, &path_of("/l/b.txt"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
+    let err = sb
+        .p()
+        .list_dir(&sb.id, &path_of("/nope"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
 }
 
@@ -333,19 +387,46 @@ async fn delete_rules(sb: &Sandbox) {
         return;
     }
     sb.write("/d/x/y.txt", b"y", 0o644).await.unwrap();
-    let err = sb.p().delete_file(&sb.id, &path_of("/d"), false).await.unwrap_err();
-    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    let err = sb
+        .p()
+        .delete_file(&sb.id, &path_of("/d"), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
     assert!(sb.read("/d/x/y.txt").await.is_ok(), "nothing was deleted");
-    sb.p().delete_file(&sb.id, &path_of("/d/x/y.txt"), false).await.unwrap();
-    sb.p().delete_file(&sb.id, &path_of("/d/x"), false).await.unwrap();
+    sb.p()
+        .delete_file(&sb.id, &path_of("/d/x/y.txt"), false)
+        .await
+        .unwrap();
+    sb.p()
+        .delete_file(&sb.id, &path_of("/d/x"), false)
+        .await
+        .unwrap();
     sb.write("/d/z/w.txt", b"w", 0o644).await.unwrap();
-    sb.p().delete_file(&sb.id, &path_of("/d"), true).await.unwrap();
+    sb.p()
+        .delete_file(&sb.id, &path_of("/d"), true)
+        .await
+        .unwrap();
     let err = sb.p().stat(&sb.id, &path_of("/d")).await.unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
-    let err = sb.p().delete_file(&sb.id, &path_of("/d"), true).await.unwrap_err();
+    let err = sb
+        .p()
+        .delete_file(&sb.id, &path_of("/d"), true)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
-    let err = sb.p().delete_file(&sb.id, &SandboxPath::root(), true).await.unwrap_err();
-    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    let err = sb
+        .p()
+        .delete_file(&sb.id, &SandboxPath::root(), true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
 }
 
 async fn move_and_chmod(sb: &Sandbox) {
@@ -354,7 +435,10 @@ async fn move_and_chmod(sb: &Sandbox) {
     }
     sb.write("/m/src.txt", b"source", 0o644).await.unwrap();
     sb.write("/m/dst.txt", b"old", 0o644).await.unwrap();
-    sb.p().move_path(&sb.id, &path_of("/m/src.txt"), &path_of("/m/dst.txt")).await.unwrap();
+    sb.p()
+        .move_path(&sb.id, &path_of("/m/src.txt"), &path_of("/m/dst.txt"))
+        .await
+        .unwrap();
     assert_eq!(sb.read("/m/dst.txt").await.unwrap(), b"source");
     let err = sb.read("/m/src.txt").await.unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
@@ -364,9 +448,23 @@ async fn move_and_chmod(sb: &Sandbox) {
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
-    sb.p().chmod(&sb.id, &path_of("/m/dst.txt"), 0o750).await.unwrap();
-    assert_eq!(sb.p().stat(&sb.id, &path_of("/m/dst.txt")).await.unwrap().mode, 0o750);
-    let err = sb.p().chmod(&sb.id, &path_of("/m/none"), 0o750).await.unwrap_err();
+    sb.p()
+        .chmod(&sb.id, &path_of("/m/dst.txt"), 0o750)
+        .await
+        .unwrap();
+    assert_eq!(
+        sb.p()
+            .stat(&sb.id, &path_of("/m/dst.txt"))
+            .await
+            .unwrap()
+            .mode,
+        0o750
+    );
+    let err = sb
+        .p()
+        .chmod(&sb.id, &path_of("/m/none"), 0o750)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
 }
 
@@ -374,17 +472,31 @@ async fn glob_patterns(sb: &Sandbox) {
     if !needs(sb.p(), Capability::Files) {
         return;
     }
-    for path in ["/g/a.rs", "/g/b.rs", "/g/c.txt", "/g/x/d.rs", "/g/x/y/e.rs", "/g/file1.md", "/g/file2.md"] {
+    for path in [
+        "/g/a.rs",
+        "/g/b.rs",
+        "/g/c.txt",
+        "/g/x/d.rs",
+        "/g/x/y/e.rs",
+        "/g/file1.md",
+        "/g/file2.md",
+    ] {
         sb.write(path, b"", 0o644).await.unwrap();
     }
     let glob = |pattern: &'static str| async move { sb.p().glob(&sb.id, pattern).await.unwrap() };
     assert_eq!(glob("/g/*.rs").await, ["/g/a.rs", "/g/b.rs"]);
-    assert_eq!(glob("/g/**/*.rs").await, ["/g/a.rs", "/g/b.rs", "/g/x/d.rs", "/g/x/y/e.rs"]);
+    assert_eq!(
+        glob("/g/**/*.rs").await,
+        ["/g/a.rs", "/g/b.rs", "/g/x/d.rs", "/g/x/y/e.rs"]
+    );
     assert_eq!(glob("/g/file?.md").await, ["/g/file1.md", "/g/file2.md"]);
     assert_eq!(glob("/g/file[2].md").await, ["/g/file2.md"]);
     assert!(glob("/nothing/*").await.is_empty());
     let err = sb.p().glob(&sb.id, "relative/*").await.unwrap_err();
-    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
 }
 
 async fn read_errors(sb: &Sandbox) {
@@ -393,11 +505,17 @@ async fn read_errors(sb: &Sandbox) {
     }
     sb.write("/r/f", b"f", 0o644).await.unwrap();
     let err = sb.read("/r").await.unwrap_err();
-    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
     let err = sb.read("/r/missing").await.unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
     let err = sb.write("/", b"x", 0o644).await.unwrap_err();
-    assert!(matches!(err, ProviderError::InvalidRequest { .. }), "{err:?}");
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
 }
 
 async fn logs_answer(sb: &Sandbox) {

@@ -7,7 +7,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use svc_control::{ControlPlane, ExecCommand, ExecForm, ExecOutput, RunningExec, StdStream, Utf8Chunker};
+use svc_control::{
+    ControlPlane, ExecCommand, ExecForm, ExecOutput, RunningExec, StdStream, Utf8Chunker,
+};
 use svc_core::exec::{ExecRequest, ExecResult};
 use svc_core::{Error, GoDuration};
 use utoipa_axum::router::OpenApiRouter;
@@ -134,9 +136,10 @@ fn ndjson_body(running: RunningExec) -> Body {
                         }
                     }
                     if ending.timed_out {
-                        state
-                            .pending
-                            .push_back(chunk_line(StdStream::Stderr, &timeout_message(ending.timeout)));
+                        state.pending.push_back(chunk_line(
+                            StdStream::Stderr,
+                            &timeout_message(ending.timeout),
+                        ));
                     }
                     state.pending.push_back(ndjson_line(&NdjsonLine {
                         stream: "exit",

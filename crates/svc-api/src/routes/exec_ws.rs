@@ -13,7 +13,8 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use svc_control::{
-    ControlPlane, ExecCommand, ExecControl, ExecForm, ExecOutput, Principal, Signal, StdStream, TtySize,
+    ControlPlane, ExecCommand, ExecControl, ExecForm, ExecOutput, Principal, Signal, StdStream,
+    TtySize,
 };
 use svc_core::GoDuration;
 use tokio::sync::mpsc;
@@ -80,7 +81,11 @@ async fn send_json(socket: &mut (impl SinkExt<Message> + Unpin), value: serde_js
 
 /// Sends an error message and closes.
 async fn fail(socket: &mut (impl SinkExt<Message> + Unpin), message: &str) {
-    send_json(socket, serde_json::json!({"type": "error", "message": message})).await;
+    send_json(
+        socket,
+        serde_json::json!({"type": "error", "message": message}),
+    )
+    .await;
     let _ = socket
         .send(Message::Close(Some(CloseFrame {
             code: axum::extract::ws::close_code::POLICY,
@@ -95,7 +100,9 @@ fn frame_text(message: &Message) -> Result<Option<&str>, String> {
         Message::Text(text) => Ok(Some(text.as_str())),
         Message::Ping(_) | Message::Pong(_) => Ok(None),
         Message::Close(_) => Err(String::new()),
-        Message::Binary(_) => Err("binary frames are not supported; send JSON text messages".into()),
+        Message::Binary(_) => {
+            Err("binary frames are not supported; send JSON text messages".into())
+        }
     }
 }
 

@@ -94,7 +94,12 @@ struct GlobQuery {
 }
 
 fn required(value: Option<String>, name: &str) -> Result<String, ApiError> {
-    value.ok_or_else(|| ApiError(svc_core::Error::invalid(name, "query parameter is required")))
+    value.ok_or_else(|| {
+        ApiError(svc_core::Error::invalid(
+            name,
+            "query parameter is required",
+        ))
+    })
 }
 
 /// Writes a file.
@@ -113,7 +118,14 @@ async fn write(
 ) -> Result<Json<StatusBody>, ApiError> {
     let mode = body.mode.as_ref().map(ModeText::text);
     plane
-        .write_file(&principal, &id, &body.path, &body.content, mode.as_deref(), body.encoding.as_deref())
+        .write_file(
+            &principal,
+            &id,
+            &body.path,
+            &body.content,
+            mode.as_deref(),
+            body.encoding.as_deref(),
+        )
         .await?;
     Ok(Json(StatusBody { status: "written" }))
 }
@@ -209,7 +221,9 @@ async fn chmod(
     plane
         .chmod_file(&principal, &id, &body.path, &body.mode.text())
         .await?;
-    Ok(Json(StatusBody { status: "chmod applied" }))
+    Ok(Json(StatusBody {
+        status: "chmod applied",
+    }))
 }
 
 /// Describes one path.

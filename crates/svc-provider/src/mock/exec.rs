@@ -2,7 +2,7 @@
 //! group (so deadlines and signals reach everything it started), with piped stdout and stderr,
 //! or under a real pseudo-terminal for `tty`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,7 +186,7 @@ fn spawn_error(program: &str, err: &std::io::Error) -> ProviderError {
 /// `home` as `HOME`.
 pub(super) fn start(
     home: &Path,
-    workdir: PathBuf,
+    workdir: &Path,
     spec: &ExecSpec,
 ) -> Result<ExecSession, ProviderError> {
     let program = spec
@@ -207,7 +207,7 @@ pub(super) fn start(
             .args(&spec.argv[1..])
             .env_clear()
             .envs(env)
-            .current_dir(&workdir)
+            .current_dir(workdir)
             .spawn(pts)
             .map_err(|e| match e {
                 pty_process::Error::Io(io) => spawn_error(program, &io),
@@ -222,7 +222,7 @@ pub(super) fn start(
             .args(&spec.argv[1..])
             .env_clear()
             .envs(env)
-            .current_dir(&workdir)
+            .current_dir(workdir)
             .process_group(0)
             .stdin(if spec.stdin {
                 Stdio::piped()

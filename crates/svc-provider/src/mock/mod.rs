@@ -257,7 +257,7 @@ impl Provider for MockProvider {
         let workdir = self.workdir(&dir, spec.workdir.as_deref()).await?;
         self.log_line(id, &format!("$ {}", spec.argv.join(" ")))
             .await;
-        exec::start(&dir, workdir, &spec)
+        exec::start(&dir, &workdir, &spec)
     }
 
     async fn write_file(
@@ -372,22 +372,41 @@ mod tests {
         std::os::unix::fs::symlink(&outside, sandbox.join("direct")).unwrap();
         let path = |p: &str| SandboxPath::parse(p).unwrap();
         for escaping in ["/abs/passwd", "/rel", "/direct"] {
-            let err = match mock.read_file(&spec.id, &path(escaping)).await {
-                Ok(_) => panic!("{escaping} escaped the sandbox"),
-                Err(err) => err,
+            let Err(err) = mock.read_file(&spec.id, &path(escaping)).await else {
+                panic!("{escaping} escaped the sandbox");
             };
             assert!(
-                matches!(err, ProviderError::InvalidRequest { .. } | ProviderError::FileNotFound { .. }),
+                matches!(
+                    err,
+                    ProviderError::InvalidRequest { .. } | ProviderError::FileNotFound { .. }
+                ),
                 "{escaping}: {err:?}"
             );
-            let content: ByteStream = Box::pin(futures::stream::once(async { Ok(bytes::Bytes::from_static(b"x")) }));
-            assert!(mock.write_file(&spec.id, &path(escaping), 0o644, content).await.is_err(), "{escaping}");
+            let content: ByteStream = Box::pin(futures::stream::once(async {
+                Ok(bytes::Bytes::from_static(b"x"))
+            }));
+            assert!(
+                mock.write_file(&spec.id, &path(escaping), 0o644, content)
+                    .await
+                    .is_err(),
+                "{escaping}"
+            );
         }
-        assert_eq!(std::fs::read(&outside).unwrap(), b"host secret", "the host file is untouched");
+        assert_eq!(
+            std::fs::read(&outside).unwrap(),
+            b"host secret",
+            "the host file is untouched"
+        );
         // `..` is resolved lexically at the sandbox root.
-        let err = mock.stat(&spec.id, &path("/../../secret.txt")).await.unwrap_err();
+        let err = mock
+            .stat(&spec.id, &path("/../../secret.txt"))
+            .await
+            .unwrap_err();
         assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
-        assert!(mock.glob(&spec.id, "/abs/*").await.unwrap().is_empty(), "glob does not follow symlinks");
+        assert!(
+            mock.glob(&spec.id, "/abs/*").await.unwrap().is_empty(),
+            "glob does not follow symlinks"
+        );
         let mut exec = ExecSpec {
             argv: vec!["pwd".into()],
             env: BTreeMap::new(),
@@ -395,7 +414,10 @@ mod tests {
             tty: None,
             stdin: false,
         };
-        assert!(mock.exec(&spec.id, exec.clone()).await.is_err(), "a workdir through a symlink cannot leave");
+        assert!(
+            mock.exec(&spec.id, exec.clone()).await.is_err(),
+            "a workdir through a symlink cannot leave"
+        );
         exec.workdir = None;
         assert!(mock.exec(&spec.id, exec).await.is_ok());
     }

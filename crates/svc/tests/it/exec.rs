@@ -1,0 +1,444 @@
+//! Exec over HTTP: buffered and NDJSON, deadlines, limits, events, disconnects, logs.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use svc_core::GoDuration;
+
+use crate::harness::{assert_schema, wait_for, TestServer};
+
+async fn sandbox(server: &TestServer) -> String {
+    server.spawn(json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Reads an NDJSON response line by line.
+struct Lines {
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: Vec<u8>,
+}
+
+impl Lines {
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Some(serde_json::from_slice(&line).expect("each line is JSON"));
+            }
+            match tokio::time::timeout(Duration::from_secs(20), self.stream.next()).await {
+                Ok(Some(Ok(chunk))) => self.buffer.extend_from_slice(&chunk),
+                _ => return None,
+            }
+        }
+    }
+
+    async fn all(mut self) -> Vec<Value> {
+        let mut lines = Vec::new();
+        while let Some(line) = self.next().await {
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+async fn stream(server: &TestServer, id: &str, body: Value) -> Lines {
+    let response = server
+        .client
+        .post(server.url(&format!("/sandboxes/{id}/exec")))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    Lines {
+        stream: Box::pin(response.bytes_stream()),
+        buffer: Vec::new(),
+    }
+}
+
+fn joined(lines: &[Value], stream: &str) -> String {
+    lines
+        .iter()
+        .filter(|l| l["stream"] == stream)
+        .map(|l| l["data"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn buffered_exec_shell_and_argv() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let reply = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo out; echo err >&2; exit 3"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_schema("ExecResult", &reply.body);
+    assert_eq!(reply.body["exit_code"], 3);
+    assert_eq!(reply.body["stdout"], "out\n");
+    assert_eq!(reply.body["stderr"], "err\n");
+    assert_eq!(reply.body["timed_out"], false);
+    assert!(GoDuration::parse(reply.body["duration"].as_str().unwrap()).is_ok());
+
+    let argv = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo", "args": ["$HOME", "a  b"]}),
+        )
+        .await;
+    assert_eq!(
+        argv.body["stdout"], "$HOME a  b\n",
+        "no shell expansion in argv mode"
+    );
+
+    server
+        .post(
+            &format!("/sandboxes/{id}/files"),
+            json!({"path": "/w/d/f.txt", "content": "x"}),
+        )
+        .await;
+    let env = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo $GREETING; ls", "env": {"GREETING": "hi there"}, "workdir": "/w/d"}),
+        )
+        .await;
+    assert_eq!(env.body["stdout"], "hi there\nf.txt\n");
+
+    let invalid = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "printf '\\377ok'"}),
+        )
+        .await;
+    assert_eq!(
+        invalid.body["stdout"], "\u{fffd}ok",
+        "invalid UTF-8 becomes U+FFFD"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn spawn_env_reaches_every_exec() {
+    let server = TestServer::start().await;
+    let id = server
+        .spawn(json!({"env": {"FROM_SPAWN": "yes", "OVERRIDE": "spawn"}}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reply = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo $FROM_SPAWN $OVERRIDE", "env": {"OVERRIDE": "exec"}}),
+        )
+        .await;
+    assert_eq!(reply.body["stdout"], "yes exec\n");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn buffered_deadline_keeps_what_was_captured() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let mut events = server
+        .events("?types=exec.timeout,exec.completed", None)
+        .await;
+    let started = Instant::now();
+    let reply = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo partial; sleep 30", "timeout": "300ms"}),
+        )
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(reply.body["exit_code"], 124);
+    assert_eq!(reply.body["timed_out"], true);
+    assert_eq!(reply.body["stdout"], "partial\n");
+    let event = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(event.data["type"], "exec.timeout");
+    assert_eq!(event.data["data"]["operation"], "exec");
+    assert_eq!(event.data["data"]["provider"], "mock");
+    assert!(event.data["data"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("timed out"));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn default_and_maximum_exec_timeouts() {
+    let server = TestServer::start_with(|c| {
+        c.defaults.default_exec_timeout = GoDuration::from_millis(300);
+        c.defaults.max_exec_timeout = GoDuration::from_secs(60);
+    })
+    .await;
+    let id = sandbox(&server).await;
+    let reply = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "sleep 30"}),
+        )
+        .await;
+    assert_eq!(
+        reply.body["timed_out"], true,
+        "the default deadline applies"
+    );
+    let mut events = server.events("?types=exec.started", None).await;
+    for stream in [false, true] {
+        let message = server
+            .post(
+                &format!("/sandboxes/{id}/exec"),
+                json!({"command": "true", "timeout": "2m", "stream": stream}),
+            )
+            .await
+            .assert_error(429, "resource_limit");
+        assert!(message.contains("max_exec_timeout"), "{message}");
+    }
+    assert!(
+        events.next(Duration::from_millis(300)).await.is_none(),
+        "nothing ran"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_flushes_chunks_as_they_arrive() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let started = Instant::now();
+    let mut lines = stream(
+        &server,
+        &id,
+        json!({"command": "echo first; sleep 1; echo second >&2; exit 7", "stream": true}),
+    )
+    .await;
+    let first = lines.next().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "the first chunk came before the command ended"
+    );
+    assert_eq!(first, json!({"stream": "stdout", "data": "first\n"}));
+    let rest = lines.all().await;
+    assert_eq!(joined(&rest, "stderr"), "second\n");
+    let exit = rest.last().unwrap();
+    assert_eq!(exit["stream"], "exit");
+    assert_eq!(exit["exit_code"], 7);
+    assert!(
+        GoDuration::parse(exit["duration"].as_str().unwrap())
+            .unwrap()
+            .as_std()
+            >= Duration::from_secs(1)
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_large_output_and_deadline() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let lines = stream(
+        &server,
+        &id,
+        json!({"command": "head -c 20000000 /dev/zero | tr '\\0' a", "stream": true}),
+    )
+    .await;
+    let lines = lines.all().await;
+    assert_eq!(joined(&lines, "stdout").len(), 20_000_000);
+    assert_eq!(lines.last().unwrap()["exit_code"], 0);
+
+    let mut events = server.events("?types=exec.timeout", None).await;
+    let lines = stream(
+        &server,
+        &id,
+        json!({"command": "echo before; sleep 30", "timeout": "300ms", "stream": true}),
+    )
+    .await;
+    let lines = lines.all().await;
+    assert_eq!(joined(&lines, "stdout"), "before\n");
+    assert!(joined(&lines, "stderr").contains("timed out"), "{lines:?}");
+    let exit = lines.last().unwrap();
+    assert_eq!(exit["stream"], "exit");
+    assert_eq!(exit["exit_code"], 124);
+    let event = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(event.data["data"]["operation"], "exec_stream");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_kills_the_command() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let mut events = server
+        .events("?types=exec.timeout,exec.completed", None)
+        .await;
+    let mut lines = stream(
+        &server,
+        &id,
+        json!({"command": "echo $$ > pid; echo started; sleep 30", "stream": true}),
+    )
+    .await;
+    assert_eq!(lines.next().await.unwrap()["data"], "started\n");
+    drop(lines);
+    let pid = std::fs::read_to_string(server.mock_root().join(&id).join("pid")).unwrap();
+    let pid = pid.trim().to_owned();
+    wait_for(
+        "the command to be killed",
+        Duration::from_secs(10),
+        || async { !std::path::Path::new(&format!("/proc/{pid}")).exists() },
+    )
+    .await;
+    let event = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        event.data["type"], "exec.completed",
+        "no exec.timeout for a caller that left"
+    );
+    assert_eq!(event.data["data"]["cancelled"], true);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn exec_events_and_failures() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let mut events = server
+        .events("?types=exec.started,exec.completed,exec.failed", None)
+        .await;
+    server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "exit 2"}),
+        )
+        .await;
+    let started = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(started.data["type"], "exec.started");
+    assert_eq!(started.data["sandbox_id"], id.as_str());
+    assert_eq!(
+        started.data["data"],
+        json!({"operation": "exec", "provider": "mock"})
+    );
+    let completed = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(completed.data["type"], "exec.completed");
+    assert_eq!(completed.data["data"]["exit_code"], 2);
+    assert!(completed.data["data"]["duration"].is_string());
+
+    let message = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "/no/such/program", "args": []}),
+        )
+        .await
+        .assert_error(400, "bad_request");
+    assert!(message.contains("/no/such/program"), "{message}");
+    events.next(Duration::from_secs(5)).await.unwrap();
+    let failed = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(failed.data["type"], "exec.failed");
+    assert!(failed.data["data"]["error"].is_string());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn exec_bad_input() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let path = format!("/sandboxes/{id}/exec");
+    let message = server
+        .post(&path, json!({"command": ""}))
+        .await
+        .assert_error(400, "bad_request");
+    assert!(message.contains("command"), "{message}");
+    server
+        .post(&path, json!({}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(&path, json!({"command": "true", "timeout": "-1s"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(&path, json!({"command": "true", "timeout": "soon"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(&path, json!({"command": "true", "args": "x"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(&path, json!({"command": "true", "workdir": "relative"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(&path, json!({"command": "true", "workdir": "/missing"}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(
+            "/sandboxes/sb-0123456789abcdef/exec",
+            json!({"command": "true"}),
+        )
+        .await
+        .assert_error(404, "not_found");
+    server.delete(&format!("/sandboxes/{id}")).await;
+    let message = server
+        .post(&path, json!({"command": "true"}))
+        .await
+        .assert_error(409, "conflict");
+    assert!(message.contains("destroyed"), "{message}");
+    server
+        .get(&format!("/sandboxes/{id}/logs"))
+        .await
+        .assert_error(409, "conflict");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn logs_show_recent_lines_in_order() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    for i in 0..5 {
+        server
+            .post(
+                &format!("/sandboxes/{id}/exec"),
+                json!({"command": format!("echo {i}")}),
+            )
+            .await;
+    }
+    let logs = server.get(&format!("/sandboxes/{id}/logs")).await;
+    assert_eq!(logs.status, 200);
+    let lines: Vec<&str> = logs
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+    assert!(
+        lines[0].contains("echo 0") && lines[4].contains("echo 4"),
+        "{lines:?}"
+    );
+    let last_two = server.get(&format!("/sandboxes/{id}/logs?lines=2")).await;
+    let last_two: Vec<&str> = last_two
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(last_two, lines[3..]);
+    server
+        .get(&format!("/sandboxes/{id}/logs?lines=-1"))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .get(&format!("/sandboxes/{id}/logs?lines=abc"))
+        .await
+        .assert_error(400, "bad_request");
+    server.shutdown().await;
+}
