@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds svc and the load tool in release mode, starts svc on a throw-away directory (SQLite
 # file, mock provider), runs each scenario RUNS times, prints every result, and stops svc.
-# Usage: bench/run.sh [RUNS] [SECONDS]
+# Usage: bench/run.sh [RUNS] [SECONDS] [STREAM_BYTES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
 seconds="${2:-5}"
+stream_bytes="${3:-1073741824}"
 port="${SVC_BENCH_PORT:-17423}"
 
 cargo build --release --quiet -p svc -p svc-bench
@@ -22,9 +23,9 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 url="http://127.0.0.1:$port"
-for _ in $(seq "$runs"); do
-    target/release/svc-bench health --url "$url" --concurrency 64 --seconds "$seconds"
-done
-for _ in $(seq "$runs"); do
-    target/release/svc-bench spawn-destroy --url "$url" --concurrency 16 --seconds "$seconds"
-done
+bench() { target/release/svc-bench --url "$url" "$@"; }
+for _ in $(seq "$runs"); do bench health --concurrency 64 --seconds "$seconds"; done
+for _ in $(seq "$runs"); do bench spawn-destroy --concurrency 16 --seconds "$seconds"; done
+for _ in $(seq "$runs"); do bench exec-latency --iterations 300; done
+for _ in $(seq "$runs"); do bench stream-throughput --bytes "$stream_bytes" --server-pid "$pid"; done
+for _ in $(seq "$runs"); do bench files --mib 32 --rounds 5; done

@@ -95,6 +95,13 @@ async fn run(
 ) -> anyhow::Result<ShutdownReport> {
     let app = svc_api::router(plane.clone());
     let shutdown = plane.shutdown_token().clone();
+    // Streamed responses write small frames; without TCP_NODELAY, Nagle's algorithm holds the
+    // last one back until the client's delayed ACK (about 40 ms per streamed exec).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "setting TCP_NODELAY failed");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.cancelled().await;
     });

@@ -1,0 +1,112 @@
+//! Closed-loop throughput scenarios.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Options of a throughput run.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoadArgs {
+    /// Concurrent workers.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Health,
+    SpawnDestroy,
+}
+
+async fn one(client: &reqwest::Client, base: &str, kind: Kind) -> anyhow::Result<()> {
+    match kind {
+        Kind::Health => {
+            let response = client.get(format!("{base}/api/v1/health")).send().await?;
+            if !response.status().is_success() {
+                bail!("health: {}", response.status());
+            }
+            response.bytes().await?;
+        }
+        Kind::SpawnDestroy => {
+            let response = client
+                .post(format!("{base}/api/v1/sandboxes"))
+                .header("content-type", "application/json")
+                .body(r#"{"provider":"mock"}"#)
+                .send()
+                .await?;
+            if response.status() != 201 {
+                bail!("spawn: {}", response.status());
+            }
+            let body: serde_json::Value = response.json().await?;
+            let id = body["id"].as_str().context("spawn response without id")?;
+            let response = client
+                .delete(format!("{base}/api/v1/sandboxes/{id}"))
+                .send()
+                .await?;
+            if !response.status().is_success() {
+                bail!("destroy: {}", response.status());
+            }
+            response.bytes().await?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    one(&client, base, kind)
+        .await
+        .context("warm-up request failed; is svc running?")?;
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            let client = client.clone();
+            let base = base.to_owned();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut errors = 0u64;
+                while Instant::now() < deadline {
+                    let begun = Instant::now();
+                    match one(&client, &base, kind).await {
+                        Ok(()) => latencies
+                            .push(u64::try_from(begun.elapsed().as_micros()).unwrap_or(u64::MAX)),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (latencies, errors)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for worker in workers {
+        let (samples, failed) = worker.await?;
+        latencies.extend(samples);
+        errors += failed;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let unit = match kind {
+        Kind::Health => "requests",
+        Kind::SpawnDestroy => "spawn+destroy pairs",
+    };
+    println!(
+        "{kind:?}: {} {unit} in {elapsed:.1}s = {:.0}/s, errors {errors}, latency ms p50 {:.2} p99 {:.2} max {:.2} (concurrency {})",
+        latencies.len(),
+        latencies.len() as f64 / elapsed,
+        crate::percentile_ms(&latencies, 50.0),
+        crate::percentile_ms(&latencies, 99.0),
+        crate::percentile_ms(&latencies, 100.0),
+        args.concurrency
+    );
+    if errors > 0 {
+        bail!("{errors} requests failed");
+    }
+    Ok(())
+}
