@@ -273,6 +273,43 @@ async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
     assert_eq!(survivors.stdout().trim(), "0", "no child survives the kill");
 }
 
+/// What a deadline relies on: output produced before the kill is delivered, and the kill ends
+/// the command at once.
+async fn kill_after_output_keeps_what_was_captured(sb: &Sandbox) {
+    let ExecSession {
+        mut output,
+        control,
+        exit,
+    } = sb
+        .start(spec(&[
+            "/bin/sh",
+            "-c",
+            "echo before; sleep 30; echo after",
+        ]))
+        .await;
+    let first = tokio::time::timeout(Duration::from_secs(10), output.next())
+        .await
+        .expect("output before the deadline")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first.data[..], b"before\n");
+    control.kill().await.unwrap();
+    let rest = collect(ExecSession {
+        output,
+        control,
+        exit,
+    });
+    let out = tokio::time::timeout(Duration::from_secs(10), rest)
+        .await
+        .expect("killed promptly");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing after the kill: {:?}",
+        out.stdout()
+    );
+    assert_eq!(out.code, 137);
+}
+
 async fn tty_merges_output_and_resizes(sb: &Sandbox) {
     if !needs(sb.p(), Capability::Console) {
         return;
@@ -568,6 +605,7 @@ conformance!(mock:
     stdin_then_eof,
     signals_end_commands_with_128_plus_n,
     kill_stops_everything_the_command_started,
+    kill_after_output_keeps_what_was_captured,
     tty_merges_output_and_resizes,
     binary_files_round_trip,
     unicode_names,
