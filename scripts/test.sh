@@ -3,8 +3,10 @@
 # only). It first installs and starts what the tests need when it is missing, waiting for each
 # with a deadline and saying clearly what failed, then runs every test of the workspace.
 #
-# Services the tests use today: none beyond a temporary SQLite file and the mock provider.
-# (Docker and PostgreSQL join here with the issues that need them.)
+# What the tests use: a temporary SQLite file, the mock provider, and a real Docker engine with
+# locally built test images (scripts/docker-test-env.sh). PostgreSQL joins with its issue.
+#
+# SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -13,6 +15,16 @@ say() { printf 'test.sh: %s\n' "$*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
 
 command -v cargo >/dev/null 2>&1 || die "cargo is not installed (the machine's Rust toolchain is required)"
+
+# shellcheck source=scripts/docker-test-env.sh
+. scripts/docker-test-env.sh
+if [ -n "${SVC_TEST_SKIP_DOCKER:-}" ] && [ -z "${CI:-}" ]; then
+    say "SVC_TEST_SKIP_DOCKER is set: Docker tests will skip"
+else
+    ensure_docker
+    # The Docker tests fail instead of skipping when the engine is missing.
+    export SVC_TEST_REQUIRE_DOCKER=1
+fi
 
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

@@ -49,6 +49,8 @@ pub struct RuntimeInfo {
     pub labels: BTreeMap<String, String>,
     /// True while it runs.
     pub running: bool,
+    /// True when the spawn had to pull the image first.
+    pub image_pulled: bool,
 }
 
 /// Whether a sandbox's runtime exists and runs.

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use svc_core::config::DockerProviderConfig;
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, SandboxId};
+use svc_provider::docker::DockerProvider;
 use svc_provider::mock::MockProvider;
 use svc_provider::{
     ByteStream, ExecSession, ExecSpec, Provider, ProviderError, Signal, SpawnSpec, StdStream,
@@ -23,6 +25,7 @@ use svc_provider::{
 /// A backend under test and what keeps it alive.
 struct Backend {
     provider: Arc<dyn Provider>,
+    image: String,
     _guard: Option<tempfile::TempDir>,
 }
 
@@ -30,22 +33,67 @@ async fn mock() -> Option<Backend> {
     let dir = tempfile::tempdir().unwrap();
     Some(Backend {
         provider: Arc::new(MockProvider::new(dir.path().join("mock"))),
+        image: "alpine:latest".into(),
         _guard: Some(dir),
     })
 }
 
-/// A sandbox for one case, destroyed at the end.
+/// The local test image `scripts/test.sh` builds (busybox only; no registry is reachable).
+fn docker_test_image() -> String {
+    std::env::var("SVC_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "svc-test-busybox:latest".into())
+}
+
+/// The Docker engine, or a loud skip when it is missing and not required.
+async fn docker() -> Option<Backend> {
+    let provider = DockerProvider::connect(DockerProviderConfig::default()).await;
+    let healthy = match &provider {
+        Ok(provider) => provider.health().await.map_err(|e| e.to_string()),
+        Err(err) => Err(err.to_string()),
+    };
+    if let Err(reason) = healthy {
+        if std::env::var_os("SVC_TEST_REQUIRE_DOCKER").is_some() || std::env::var_os("CI").is_some()
+        {
+            panic!("the Docker engine is required here but does not answer: {reason}");
+        }
+        eprintln!("SKIPPED (loudly): no Docker engine answers ({reason}); run scripts/test.sh to start one");
+        return None;
+    }
+    Some(Backend {
+        provider: Arc::new(provider.unwrap()),
+        image: docker_test_image(),
+        _guard: None,
+    })
+}
+
+/// A sandbox for one case, destroyed at the end even when the case panics.
 struct Sandbox {
     provider: Arc<dyn Provider>,
     id: SandboxId,
 }
 
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let provider = Arc::clone(&self.provider);
+        let id = self.id.clone();
+        // Drop cannot await; a short-lived runtime on its own thread removes the runtime.
+        let cleanup = std::thread::spawn(move || {
+            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                let _ = runtime.block_on(provider.destroy(&id));
+            }
+        });
+        let _ = cleanup.join();
+    }
+}
+
 impl Sandbox {
-    async fn new(provider: Arc<dyn Provider>) -> Self {
+    async fn new(provider: Arc<dyn Provider>, image: &str) -> Self {
         let id = SandboxId::generate();
         let spec = SpawnSpec {
             id: id.clone(),
-            image: "alpine:latest".into(),
+            image: image.into(),
             memory_mb: 256,
             vcpus: 1,
             env: BTreeMap::from([("SANDBOX_DEFAULT".into(), "yes".into())]),
@@ -170,12 +218,20 @@ async fn stdout_and_stderr_are_separate(sb: &Sandbox) {
 async fn argv_mode_runs_without_a_shell(sb: &Sandbox) {
     let out = sb.run(spec(&["echo", "$HOME", "a b"])).await;
     assert_eq!(out.stdout(), "$HOME a b\n");
-    let missing = sb.p().exec(&sb.id, spec(&["/no/such/program"])).await;
-    assert!(
-        matches!(missing, Err(ProviderError::InvalidRequest { .. })),
-        "a missing program is a clear error, got {:?}",
-        missing.err()
-    );
+    // A missing program is reported: refused up front, or run and exited 126/127 with the
+    // reason (as `docker exec` does).
+    match sb.p().exec(&sb.id, spec(&["/no/such/program"])).await {
+        Err(ProviderError::InvalidRequest { .. }) => {}
+        Ok(session) => {
+            let out = collect(session).await;
+            assert!(matches!(out.code, 126 | 127), "exit {}", out.code);
+            assert!(
+                !out.stdout.is_empty() || !out.stderr.is_empty(),
+                "the reason is shown"
+            );
+        }
+        Err(other) => panic!("a missing program is a clear error, got {other:?}"),
+    }
 }
 
 async fn large_output_arrives_whole(sb: &Sandbox) {
@@ -585,7 +641,7 @@ macro_rules! conformance {
                     if !super::needs(backend.provider.as_ref(), svc_core::Capability::Exec) {
                         return;
                     }
-                    let sandbox = super::Sandbox::new(std::sync::Arc::clone(&backend.provider)).await;
+                    let sandbox = super::Sandbox::new(std::sync::Arc::clone(&backend.provider), &backend.image).await;
                     super::$case(&sandbox).await;
                     backend.provider.destroy(&sandbox.id).await.unwrap();
                 }
@@ -594,7 +650,10 @@ macro_rules! conformance {
     };
 }
 
-conformance!(mock:
+macro_rules! all_cases {
+    ($($backend:ident),*) => {
+        $(
+            conformance!($backend:
     exit_codes,
     stdout_and_stderr_are_separate,
     argv_mode_runs_without_a_shell,
@@ -616,4 +675,37 @@ conformance!(mock:
     read_errors,
     logs_answer,
     operations_on_a_destroyed_sandbox_fail,
-);
+            );
+        )*
+    };
+}
+
+all_cases!(mock, docker);
+
+/// Reading and writing files needs nothing inside the image: not even a shell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_files_work_without_a_shell() {
+    let Some(backend) = docker().await else {
+        return;
+    };
+    let sandbox = Sandbox::new(Arc::clone(&backend.provider), "svc-test-noshell:latest").await;
+    assert_eq!(
+        sandbox.read("/data/readme.txt").await.unwrap(),
+        b"no shell here\n"
+    );
+    sandbox
+        .write("/data/new/file.bin", &[0, 1, 2, 255], 0o600)
+        .await
+        .unwrap();
+    assert_eq!(
+        sandbox.read("/data/new/file.bin").await.unwrap(),
+        [0, 1, 2, 255]
+    );
+    let info = sandbox
+        .p()
+        .stat(&sandbox.id, &path_of("/data/new/file.bin"))
+        .await
+        .unwrap();
+    assert_eq!((info.size, info.mode), (4, 0o600));
+    backend.provider.destroy(&sandbox.id).await.unwrap();
+}

@@ -188,6 +188,7 @@ impl Provider for MockProvider {
             image: spec.image.clone(),
             labels: spec.labels.clone(),
             running: true,
+            image_pulled: false,
         })
     }
 
@@ -234,6 +235,7 @@ impl Provider for MockProvider {
                 image: record.image,
                 labels: record.labels,
                 running,
+                image_pulled: false,
             });
         }
         runtimes.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));

@@ -1,0 +1,366 @@
+//! Exec through the engine's exec API: stdout and stderr kept apart (multiplexed stream), TTY
+//! with resize, stdin over the hijacked connection. The engine has no call to signal an exec,
+//! so signals go to the exec's process on the host (its PID from `inspect_exec`), and a kill
+//! takes the whole process tree, as a deadline must.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::Docker;
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt};
+use rustix::process::{kill_process, kill_process_group, Pid, Signal as RustixSignal};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::errors::{container_error, engine_error};
+use crate::{
+    ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, ProviderError, Signal, StdStream,
+    TtySize,
+};
+
+const CHANNEL_DEPTH: usize = 8;
+const OUTPUT_CAPACITY: usize = 64 * 1024;
+/// A TTY exec starts at 0x0 until resized; the command waits this long for its size.
+const TTY_SIZE_WAIT: &str = "i=0; while [ $i -lt 300 ]; do case \"$(stty size 2>/dev/null)\" in ''|'0 0') i=$((i+1)); sleep 0.01;; *) break;; esac; done; exec \"$@\"";
+
+struct DockerControl {
+    docker: Docker,
+    exec_id: String,
+    input: Mutex<Option<std::pin::Pin<Box<dyn AsyncWrite + Send>>>>,
+    tty: bool,
+}
+
+impl DockerControl {
+    /// The exec's process ID on this host.
+    async fn host_pid(&self) -> Result<Option<Pid>, ProviderError> {
+        // The engine marks an exec running, and then records its PID, only after its start
+        // call returns, which can be after the process already wrote output; until then it
+        // reports neither a PID nor an exit code.
+        let mut inspect = self
+            .docker
+            .inspect_exec(&self.exec_id)
+            .await
+            .map_err(|e| engine_error("inspecting the exec", &e))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut pause = Duration::from_millis(2);
+        let started = |i: &bollard::models::ExecInspectResponse| {
+            i.running == Some(true) && i.pid.is_some_and(|p| p > 0)
+        };
+        while !started(&inspect) && inspect.exit_code.is_none() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::failed(
+                    "the engine never reported the exec as started",
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+            inspect = self
+                .docker
+                .inspect_exec(&self.exec_id)
+                .await
+                .map_err(|e| engine_error("inspecting the exec", &e))?;
+        }
+        if inspect.running != Some(true) {
+            return Ok(None);
+        }
+        let pid = inspect
+            .pid
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(Pid::from_raw);
+        match pid {
+            Some(pid) if std::path::Path::new(&format!("/proc/{}", pid.as_raw_nonzero())).exists() => Ok(Some(pid)),
+            Some(_) => Err(ProviderError::failed(
+                "signals need svc to run on the Docker host (the exec's process is not visible here)",
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Every process below `root` on this host, deepest last, found through `/proc`.
+fn process_tree(root: Pid) -> Vec<Pid> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // The command name may hold spaces and parentheses; fields resume after the last ')'.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            if let Some(ppid) = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<i32>().ok())
+            {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut tree = vec![root.as_raw_nonzero().get()];
+    let mut index = 0;
+    while index < tree.len() {
+        if let Some(kids) = children.get(&tree[index]) {
+            tree.extend(kids);
+        }
+        index += 1;
+    }
+    tree.into_iter().filter_map(Pid::from_raw).collect()
+}
+
+fn to_rustix(signal: Signal) -> RustixSignal {
+    match signal {
+        Signal::Hup => RustixSignal::HUP,
+        Signal::Int => RustixSignal::INT,
+        Signal::Kill => RustixSignal::KILL,
+        Signal::Term => RustixSignal::TERM,
+    }
+}
+
+fn ignore_gone(result: rustix::io::Result<()>) -> Result<(), ProviderError> {
+    match result {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(err) => Err(ProviderError::failed(format!(
+            "signalling the command: {err}"
+        ))),
+    }
+}
+
+#[async_trait]
+impl ExecControl for DockerControl {
+    async fn write_stdin(&self, data: Bytes) -> Result<(), ProviderError> {
+        let mut input = self.input.lock().await;
+        let writer = input
+            .as_mut()
+            .ok_or_else(|| ProviderError::InvalidRequest {
+                message: "stdin is closed".into(),
+            })?;
+        writer.write_all(&data).await?;
+        writer.flush().await?;
+        Ok(())
+    }
+
+    async fn close_stdin(&self) -> Result<(), ProviderError> {
+        let mut input = self.input.lock().await;
+        if self.tty {
+            if let Some(writer) = input.as_mut() {
+                let _ = writer.write_all(&[0x04]).await;
+                let _ = writer.flush().await;
+            }
+            return Ok(());
+        }
+        if let Some(mut writer) = input.take() {
+            let _ = writer.shutdown().await;
+        }
+        Ok(())
+    }
+
+    async fn resize(&self, size: TtySize) -> Result<(), ProviderError> {
+        if !self.tty {
+            return Err(ProviderError::InvalidRequest {
+                message: "resize needs a command started with tty: true".into(),
+            });
+        }
+        resize(&self.docker, &self.exec_id, size).await
+    }
+
+    async fn signal(&self, signal: Signal) -> Result<(), ProviderError> {
+        // The runtime starts every exec as a session and process-group leader, so the group is
+        // the command and everything it started.
+        match self.host_pid().await? {
+            Some(pid) => ignore_gone(kill_process_group(pid, to_rustix(signal))),
+            None => Ok(()),
+        }
+    }
+
+    async fn kill(&self) -> Result<(), ProviderError> {
+        let Some(pid) = self.host_pid().await? else {
+            return Ok(());
+        };
+        // Descendants that left the group (setsid) are still found through their parents.
+        let tree = process_tree(pid);
+        ignore_gone(kill_process_group(pid, RustixSignal::KILL))?;
+        for process in tree {
+            ignore_gone(kill_process(process, RustixSignal::KILL))?;
+        }
+        Ok(())
+    }
+}
+
+/// Resizes an exec's terminal. Right after start the engine may not have the process yet and
+/// refuses; like the docker CLI, retry briefly.
+async fn resize(docker: &Docker, exec_id: &str, size: TtySize) -> Result<(), ProviderError> {
+    let options = ResizeExecOptions {
+        height: size.rows,
+        width: size.cols,
+    };
+    let mut last = None;
+    for _ in 0..20 {
+        match docker.resize_exec(exec_id, options).await {
+            Ok(()) => return Ok(()),
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    match last {
+        Some(err) => Err(engine_error("resizing the terminal", &err)),
+        None => Ok(()),
+    }
+}
+
+/// Waits until the engine reports the exec finished, then returns its exit code.
+async fn exit_code(docker: &Docker, exec_id: &str) -> Result<ExitStatus, ProviderError> {
+    for attempt in 0..500u32 {
+        let inspect = docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(|e| engine_error("inspecting the exec", &e))?;
+        if inspect.running != Some(true) {
+            let code = inspect.exit_code.unwrap_or(-1);
+            return Ok(ExitStatus {
+                code: i32::try_from(code).unwrap_or(-1),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(if attempt < 20 { 2 } else { 20 })).await;
+    }
+    Err(ProviderError::failed(
+        "the engine never reported the exec as finished",
+    ))
+}
+
+/// Starts `spec` in `container`.
+pub(super) async fn start(
+    docker: &Docker,
+    container: &str,
+    sandbox_id: &str,
+    user: Option<&str>,
+    spec: &ExecSpec,
+) -> Result<ExecSession, ProviderError> {
+    let tty = spec.tty.is_some();
+    let mut cmd = spec.argv.clone();
+    if tty {
+        let mut wrapped = vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            TTY_SIZE_WAIT.to_owned(),
+            "sh".to_owned(),
+        ];
+        wrapped.append(&mut cmd);
+        cmd = wrapped;
+    }
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if tty {
+        env.push("TERM=xterm-256color".to_owned());
+    }
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                attach_stdin: Some(spec.stdin),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(tty),
+                env: Some(env),
+                cmd: Some(cmd),
+                working_dir: spec.workdir.clone(),
+                user: user.map(str::to_owned),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            } => ProviderError::InvalidRequest {
+                message: format!("cannot run commands: {message}"),
+            },
+            other => container_error(sandbox_id, "creating the exec", &other),
+        })?;
+    let started = docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty,
+                output_capacity: Some(OUTPUT_CAPACITY),
+            }),
+        )
+        .await
+        .map_err(|e| engine_error("starting the exec", &e))?;
+    let StartExecResults::Attached { mut output, input } = started else {
+        return Err(ProviderError::failed("the engine detached the exec"));
+    };
+    if let Some(size) = spec.tty {
+        if let Err(err) = resize(docker, &created.id, size).await {
+            // A command that already ended has no terminal to size.
+            tracing::debug!(error = %err, "initial terminal size not applied");
+        }
+    }
+    // The engine starts the process even when the program does not exist; it reports 126/127
+    // with the runtime's message, which the caller sees as the command's own output.
+    let (sender, receiver) = mpsc::channel(CHANNEL_DEPTH);
+    let (exit_tx, exit_rx) = oneshot::channel();
+    let driver_docker = docker.clone();
+    let exec_id = created.id.clone();
+    tokio::spawn(async move {
+        while let Some(item) = output.next().await {
+            let chunk = match item {
+                Ok(LogOutput::StdErr { message }) => ExecChunk {
+                    stream: StdStream::Stderr,
+                    data: message,
+                },
+                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => ExecChunk {
+                    stream: StdStream::Stdout,
+                    data: message,
+                },
+                Ok(LogOutput::StdIn { .. }) => continue,
+                Err(err) => {
+                    let _ = sender
+                        .send(Err(engine_error("reading exec output", &err)))
+                        .await;
+                    break;
+                }
+            };
+            if chunk.data.is_empty() {
+                continue;
+            }
+            if sender.send(Ok(chunk)).await.is_err() {
+                break;
+            }
+        }
+        drop(sender);
+        let _ = exit_tx.send(exit_code(&driver_docker, &exec_id).await);
+    });
+    let control = Arc::new(DockerControl {
+        docker: docker.clone(),
+        exec_id: created.id,
+        input: Mutex::new(Some(input)),
+        tty,
+    });
+    let exit = async move {
+        exit_rx
+            .await
+            .unwrap_or_else(|_| Err(ProviderError::failed("the exec driver stopped")))
+    }
+    .boxed();
+    Ok(ExecSession {
+        output: Box::pin(ReceiverStream::new(receiver)),
+        control,
+        exit,
+    })
+}

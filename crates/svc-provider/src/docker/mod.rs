@@ -1,0 +1,480 @@
+//! The `docker` provider (decisions §14): one long-lived container per sandbox, created through
+//! the Docker Engine API (bollard) over `providers.docker.socket`, `DOCKER_HOST`, or the default
+//! socket. Containers carry svc's labels; security settings come from configuration; exec uses
+//! the exec API, files the archive API (and small scripts for directory operations), logs the
+//! logs API.
+
+mod errors;
+mod exec;
+mod files;
+mod tar;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions,
+};
+use bollard::Docker;
+use futures::StreamExt;
+use svc_core::config::DockerProviderConfig;
+use svc_core::path::SandboxPath;
+use svc_core::{Capability, SandboxId};
+
+use self::errors::{container_error, engine_error, status_of};
+use crate::{
+    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
+    RuntimeStatus, SpawnSpec, LABEL_MANAGED, LABEL_SANDBOX_ID,
+};
+
+const CAPABILITIES: &[Capability] = &[
+    Capability::Spawn,
+    Capability::Exec,
+    Capability::ExecStream,
+    Capability::Files,
+    Capability::Console,
+    Capability::Health,
+    Capability::RuntimeInventory,
+    Capability::Container,
+];
+
+/// Request timeout for engine calls (streams are not bounded by it).
+const ENGINE_TIMEOUT_SECS: u64 = 120;
+/// How long an image pull may take.
+const PULL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Keeps the container alive without depending on the image's own command; PID 1 exits on
+/// TERM so the engine can stop it at once.
+const KEEPALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
+/// Size of the writable `/tmp` when the root filesystem is read-only.
+const READ_ONLY_TMP: &str = "rw,nosuid,nodev,size=256m";
+
+/// Sandboxes as Docker containers.
+pub struct DockerProvider {
+    docker: Docker,
+    config: DockerProviderConfig,
+    endpoint: String,
+}
+
+/// The container name of a sandbox.
+fn container_name(id: &SandboxId) -> String {
+    format!("svc-{id}")
+}
+
+impl DockerProvider {
+    /// Connects (without contacting the engine yet beyond version negotiation).
+    pub async fn connect(config: DockerProviderConfig) -> Result<Self, ProviderError> {
+        let configured = config.socket.trim().to_owned();
+        let (docker, endpoint) = if configured.is_empty() {
+            let endpoint = std::env::var("DOCKER_HOST")
+                .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
+            (Docker::connect_with_defaults(), endpoint)
+        } else if configured.starts_with("tcp://") || configured.starts_with("http://") {
+            (
+                Docker::connect_with_http(
+                    &configured,
+                    ENGINE_TIMEOUT_SECS,
+                    bollard::API_DEFAULT_VERSION,
+                ),
+                configured.clone(),
+            )
+        } else {
+            let path = configured
+                .strip_prefix("unix://")
+                .unwrap_or(&configured)
+                .to_owned();
+            (
+                Docker::connect_with_socket(
+                    &path,
+                    ENGINE_TIMEOUT_SECS,
+                    bollard::API_DEFAULT_VERSION,
+                ),
+                format!("unix://{path}"),
+            )
+        };
+        let docker = docker.map_err(|e| ProviderError::Unavailable {
+            message: format!("connecting to the Docker engine at {endpoint}: {e}"),
+        })?;
+        // The engine here may be older than the client's default API version.
+        let docker =
+            match tokio::time::timeout(Duration::from_secs(5), docker.clone().negotiate_version())
+                .await
+            {
+                Ok(Ok(negotiated)) => negotiated,
+                _ => docker,
+            };
+        Ok(DockerProvider {
+            docker,
+            config,
+            endpoint,
+        })
+    }
+
+    fn user(&self) -> Option<&str> {
+        (!self.config.user.is_empty()).then_some(self.config.user.as_str())
+    }
+
+    /// Pulls `image` unless it is present. Returns whether it pulled.
+    async fn ensure_image(&self, image: &str) -> Result<bool, ProviderError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => return Ok(false),
+            Err(err) if status_of(&err) == Some(404) => {}
+            Err(err) => return Err(engine_error("inspecting the image", &err)),
+        }
+        tracing::info!(image, "pulling image");
+        let options = CreateImageOptions {
+            from_image: Some(image.to_owned()),
+            ..Default::default()
+        };
+        let mut pull = self.docker.create_image(Some(options), None, None);
+        let pulling = async {
+            while let Some(progress) = pull.next().await {
+                let progress =
+                    progress.map_err(|e| engine_error(&format!("pulling image {image}"), &e))?;
+                if let Some(error) = progress.error_detail.and_then(|d| d.message) {
+                    return Err(ProviderError::failed(format!(
+                        "pulling image {image}: {error}"
+                    )));
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(PULL_TIMEOUT, pulling)
+            .await
+            .map_err(|_| {
+                ProviderError::failed(format!(
+                    "pulling image {image} took longer than {}s",
+                    PULL_TIMEOUT.as_secs()
+                ))
+            })??;
+        Ok(true)
+    }
+
+    fn container_body(&self, spec: &SpawnSpec) -> ContainerCreateBody {
+        let config = &self.config;
+        let mut security_opt = vec!["no-new-privileges:true".to_owned()];
+        if !config.seccomp_profile.is_empty() && config.seccomp_profile != "default" {
+            security_opt.push(format!("seccomp={}", config.seccomp_profile));
+        }
+        let tmpfs = config
+            .read_only_rootfs
+            .then(|| HashMap::from([("/tmp".to_owned(), READ_ONLY_TMP.to_owned())]));
+        let network = spec
+            .network
+            .clone()
+            .unwrap_or_else(|| config.network_mode.clone());
+        ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            entrypoint: Some(vec![
+                "/bin/sh".to_owned(),
+                "-c".to_owned(),
+                KEEPALIVE.to_owned(),
+            ]),
+            cmd: Some(Vec::new()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(spec.labels.clone().into_iter().collect()),
+            user: self.user().map(str::to_owned),
+            host_config: Some(HostConfig {
+                memory: Some(i64::from(spec.memory_mb) * 1024 * 1024),
+                nano_cpus: Some(i64::from(spec.vcpus) * 1_000_000_000),
+                pids_limit: Some(i64::from(config.pids_limit)),
+                cap_drop: Some(config.dropped_caps.clone()),
+                cap_add: Some(config.added_caps.clone()),
+                security_opt: Some(security_opt),
+                readonly_rootfs: Some(config.read_only_rootfs),
+                tmpfs,
+                runtime: (!config.runtime.is_empty()).then(|| config.runtime.clone()),
+                network_mode: Some(network),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), ProviderError> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(err) if status_of(&err) == Some(404) => Ok(()),
+            // Already being removed by a concurrent call.
+            Err(err) if status_of(&err) == Some(409) => Ok(()),
+            Err(err) => Err(engine_error("removing the container", &err)),
+        }
+    }
+
+    async fn spawn_inner(&self, spec: &SpawnSpec, name: &str) -> Result<bool, ProviderError> {
+        let pulled = self.ensure_image(&spec.image).await?;
+        let options = CreateContainerOptions {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        };
+        self.docker
+            .create_container(Some(options), self.container_body(spec))
+            .await
+            .map_err(|e| engine_error("creating the container", &e))?;
+        if let Err(err) = self.docker.start_container(name, None).await {
+            let message = err.to_string();
+            // An image without a shell cannot run the keep-alive loop; the container stays
+            // created, which the archive API (file read and write) works with.
+            if message.contains("executable file not found")
+                || message.contains("no such file or directory")
+            {
+                tracing::warn!(sandbox_id = %spec.id, image = %spec.image, "image has no /bin/sh; container left created, exec is unavailable");
+                return Ok(pulled);
+            }
+            return Err(engine_error("starting the container", &err));
+        }
+        Ok(pulled)
+    }
+}
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn capabilities(&self) -> &'static [Capability] {
+        CAPABILITIES
+    }
+
+    fn config_summary(&self) -> serde_json::Map<String, serde_json::Value> {
+        let c = &self.config;
+        let mut map = serde_json::Map::new();
+        map.insert("endpoint".into(), self.endpoint.clone().into());
+        map.insert("runtime".into(), c.runtime.clone().into());
+        map.insert("network_mode".into(), c.network_mode.clone().into());
+        map.insert("read_only_rootfs".into(), c.read_only_rootfs.into());
+        map.insert("seccomp_profile".into(), c.seccomp_profile.clone().into());
+        map.insert("dropped_caps".into(), c.dropped_caps.clone().into());
+        map.insert("added_caps".into(), c.added_caps.clone().into());
+        map.insert("pids_limit".into(), c.pids_limit.into());
+        map.insert("user".into(), c.user.clone().into());
+        map.insert("no_new_privileges".into(), true.into());
+        map
+    }
+
+    async fn health(&self) -> Result<(), ProviderError> {
+        self.docker
+            .ping()
+            .await
+            .map(drop)
+            .map_err(|e| match engine_error("ping", &e) {
+                ProviderError::Failed { message } => ProviderError::Unavailable { message },
+                other => other,
+            })
+    }
+
+    async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError> {
+        let name = container_name(&spec.id);
+        match self.spawn_inner(spec, &name).await {
+            Ok(pulled) => Ok(RuntimeInfo {
+                sandbox_id: spec.id.clone(),
+                image: spec.image.clone(),
+                labels: spec.labels.clone(),
+                running: true,
+                image_pulled: pulled,
+            }),
+            Err(err) => {
+                // Leaves nothing behind: no half-created container.
+                if let Err(cleanup) = self.remove(&name).await {
+                    tracing::error!(sandbox_id = %spec.id, error = %cleanup, "removing a failed container failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.remove(&container_name(id)).await
+    }
+
+    async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
+        match self
+            .docker
+            .inspect_container(&container_name(id), None)
+            .await
+        {
+            Ok(inspect) => Ok(if inspect.state.and_then(|s| s.running) == Some(true) {
+                RuntimeStatus::Running
+            } else {
+                RuntimeStatus::Stopped
+            }),
+            Err(err) if status_of(&err) == Some(404) => Ok(RuntimeStatus::Missing),
+            Err(err) => Err(engine_error("inspecting the container", &err)),
+        }
+    }
+
+    async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {
+        let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_MANAGED}=true")])]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| engine_error("listing containers", &e))?;
+        let mut runtimes: Vec<RuntimeInfo> = containers
+            .into_iter()
+            .filter_map(|c| {
+                let labels: BTreeMap<String, String> =
+                    c.labels.unwrap_or_default().into_iter().collect();
+                let id = SandboxId::parse(labels.get(LABEL_SANDBOX_ID)?).ok()?;
+                Some(RuntimeInfo {
+                    sandbox_id: id,
+                    image: c.image.unwrap_or_default(),
+                    running: c.state.is_some_and(|s| s.to_string() == "running"),
+                    labels,
+                    image_pulled: false,
+                })
+            })
+            .collect();
+        runtimes.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
+        Ok(runtimes)
+    }
+
+    async fn logs(&self, id: &SandboxId, lines: usize) -> Result<Vec<String>, ProviderError> {
+        if lines == 0 {
+            self.status(id).await.and_then(|s| match s {
+                RuntimeStatus::Missing => {
+                    Err(ProviderError::RuntimeNotFound { id: id.to_string() })
+                }
+                _ => Ok(()),
+            })?;
+            return Ok(Vec::new());
+        }
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: lines.to_string(),
+            ..Default::default()
+        };
+        let mut stream = self.docker.logs(&container_name(id), Some(options));
+        let mut text = Vec::new();
+        while let Some(item) = stream.next().await {
+            let item = item.map_err(|e| container_error(id.as_str(), "reading logs", &e))?;
+            text.extend_from_slice(&item.into_bytes());
+        }
+        let text = String::from_utf8_lossy(&text);
+        let all: Vec<&str> = text.lines().collect();
+        let start = all.len().saturating_sub(lines);
+        Ok(all[start..].iter().map(|l| (*l).to_owned()).collect())
+    }
+
+    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
+        let container = container_name(id);
+        if let Some(workdir) = &spec.workdir {
+            // The engine would start the command and fail inside; refuse clearly instead.
+            let path = SandboxPath::parse(workdir).map_err(|e| ProviderError::InvalidRequest {
+                message: format!("workdir: {e}"),
+            })?;
+            match files::stat(&self.docker, &container, &path).await {
+                Ok(info) if info.is_dir => {}
+                Ok(_) => {
+                    return Err(ProviderError::InvalidRequest {
+                        message: format!("workdir {path} is not a directory"),
+                    })
+                }
+                Err(ProviderError::FileNotFound { .. }) => {
+                    self.require_container(id).await?;
+                    return Err(ProviderError::InvalidRequest {
+                        message: format!("workdir {path} does not exist"),
+                    });
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        exec::start(&self.docker, &container, id.as_str(), self.user(), &spec).await
+    }
+
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        mode: u32,
+        content: ByteStream,
+    ) -> Result<(), ProviderError> {
+        self.require_container(id).await?;
+        files::write(&self.docker, &container_name(id), path, mode, content).await
+    }
+
+    async fn read_file(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        self.require_container(id).await?;
+        files::read(&self.docker, &container_name(id), path).await
+    }
+
+    async fn delete_file(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        recursive: bool,
+    ) -> Result<(), ProviderError> {
+        files::delete(
+            &self.docker,
+            &container_name(id),
+            id.as_str(),
+            path,
+            recursive,
+        )
+        .await
+    }
+
+    async fn list_dir(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+    ) -> Result<Vec<FileInfo>, ProviderError> {
+        files::list(&self.docker, &container_name(id), id.as_str(), path).await
+    }
+
+    async fn move_path(
+        &self,
+        id: &SandboxId,
+        from: &SandboxPath,
+        to: &SandboxPath,
+    ) -> Result<(), ProviderError> {
+        files::rename(&self.docker, &container_name(id), id.as_str(), from, to).await
+    }
+
+    async fn chmod(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        mode: u32,
+    ) -> Result<(), ProviderError> {
+        files::chmod(&self.docker, &container_name(id), id.as_str(), path, mode).await
+    }
+
+    async fn stat(&self, id: &SandboxId, path: &SandboxPath) -> Result<FileInfo, ProviderError> {
+        self.require_container(id).await?;
+        files::stat(&self.docker, &container_name(id), path).await
+    }
+
+    async fn glob(&self, id: &SandboxId, pattern: &str) -> Result<Vec<String>, ProviderError> {
+        files::glob(&self.docker, &container_name(id), id.as_str(), pattern).await
+    }
+}
+
+impl DockerProvider {
+    /// The archive API answers 404 for a missing container and a missing path alike; this
+    /// tells them apart.
+    async fn require_container(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        match self.status(id).await? {
+            RuntimeStatus::Missing => Err(ProviderError::RuntimeNotFound { id: id.to_string() }),
+            _ => Ok(()),
+        }
+    }
+}
