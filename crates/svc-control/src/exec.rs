@@ -19,7 +19,6 @@ use svc_provider::{
     TtySize,
 };
 
-use crate::provider_errors::provider_error;
 use crate::{ControlPlane, Principal};
 
 /// Buffered exec keeps at most this much of each stream; streaming has no limit.
@@ -328,7 +327,7 @@ impl ControlPlane {
         let session = match provider.exec(&sandbox.id, spec).await {
             Ok(session) => session,
             Err(err) => {
-                let err = provider_error(provider.name(), "exec", err);
+                let err = self.provider_failure(sandbox.id.as_str(), provider.name(), "exec", err);
                 let mut data = data;
                 data.insert("error".into(), json!(err.public_message()));
                 self.events()

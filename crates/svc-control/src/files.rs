@@ -9,7 +9,6 @@ use svc_core::path::SandboxPath;
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{ByteStream, FileInfo, Provider, ProviderError};
 
-use crate::provider_errors::provider_error;
 use crate::{ControlPlane, Principal};
 
 /// Default mode of written files.
@@ -43,14 +42,6 @@ pub fn sandbox_path(field: &str, value: &str) -> Result<SandboxPath, Error> {
     SandboxPath::parse(value).map_err(|e| Error::invalid(field, e.to_string()))
 }
 
-/// Maps a provider's file error: a missing path is 404, bad input 400.
-fn file_error(provider: &str, operation: &str, err: ProviderError) -> Error {
-    match err {
-        ProviderError::FileNotFound { path } => Error::not_found(Resource::File, path),
-        other => provider_error(provider, operation, other),
-    }
-}
-
 fn file_data(path: &SandboxPath, size: Option<usize>) -> Map<String, serde_json::Value> {
     let mut data = Map::new();
     data.insert("path".into(), json!(path.as_str()));
@@ -61,6 +52,21 @@ fn file_data(path: &SandboxPath, size: Option<usize>) -> Map<String, serde_json:
 }
 
 impl ControlPlane {
+    /// Maps a provider's file error: a missing path is 404, bad input 400, a failing backend
+    /// 500 with `provider.failed`.
+    fn file_error(
+        &self,
+        sandbox_id: &SandboxId,
+        provider: &str,
+        operation: &str,
+        err: ProviderError,
+    ) -> Error {
+        match err {
+            ProviderError::FileNotFound { path } => Error::not_found(Resource::File, path),
+            other => self.provider_failure(sandbox_id.as_str(), provider, operation, other),
+        }
+    }
+
     async fn file_target(
         &self,
         principal: &Principal,
@@ -103,7 +109,7 @@ impl ControlPlane {
         provider
             .write_file(&sandbox_id, &path, mode, stream)
             .await
-            .map_err(|e| file_error(provider.name(), "write file", e))?;
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e))?;
         self.events().publish(
             EventType::FileWritten,
             sandbox_id.as_str(),
@@ -124,7 +130,7 @@ impl ControlPlane {
         let stream = provider
             .read_file(&sandbox_id, &path)
             .await
-            .map_err(|e| file_error(provider.name(), "read file", e))?;
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "read file", e))?;
         self.events().publish(
             EventType::FileRead,
             sandbox_id.as_str(),
@@ -149,7 +155,7 @@ impl ControlPlane {
         provider
             .delete_file(&sandbox_id, &path, recursive)
             .await
-            .map_err(|e| file_error(provider.name(), "delete file", e))
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "delete file", e))
     }
 
     /// `GET /files/list`.
@@ -164,7 +170,7 @@ impl ControlPlane {
         provider
             .list_dir(&sandbox_id, &path)
             .await
-            .map_err(|e| file_error(provider.name(), "list files", e))
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "list files", e))
     }
 
     /// `POST /files/move`.
@@ -181,7 +187,7 @@ impl ControlPlane {
         provider
             .move_path(&sandbox_id, &from, &to)
             .await
-            .map_err(|e| file_error(provider.name(), "move file", e))
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "move file", e))
     }
 
     /// `POST /files/chmod`.
@@ -198,7 +204,7 @@ impl ControlPlane {
         provider
             .chmod(&sandbox_id, &path, mode)
             .await
-            .map_err(|e| file_error(provider.name(), "chmod", e))
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "chmod", e))
     }
 
     /// `GET /files/stat`.
@@ -213,7 +219,7 @@ impl ControlPlane {
         provider
             .stat(&sandbox_id, &path)
             .await
-            .map_err(|e| file_error(provider.name(), "stat", e))
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "stat", e))
     }
 
     /// `GET /files/glob`.
@@ -233,7 +239,7 @@ impl ControlPlane {
         provider
             .glob(&sandbox_id, pattern)
             .await
-            .map_err(|e| file_error(provider.name(), "glob", e))
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "glob", e))
     }
 
     /// `GET /logs`: the most recent `lines` console or log lines.
@@ -245,9 +251,8 @@ impl ControlPlane {
     ) -> Result<Vec<String>, Error> {
         let sandbox = self.get_active_sandbox(principal, id).await?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Console)?;
-        provider
-            .logs(&sandbox.id, lines)
-            .await
-            .map_err(|e| provider_error(provider.name(), "read logs", e))
+        provider.logs(&sandbox.id, lines).await.map_err(|e| {
+            self.provider_failure(sandbox.id.as_str(), provider.name(), "read logs", e)
+        })
     }
 }

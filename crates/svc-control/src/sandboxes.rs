@@ -23,7 +23,7 @@ use svc_store::{SandboxFilter, StateFilter};
 
 use crate::admission::check_ttl;
 use crate::principal::DEFAULT_TENANT;
-use crate::provider_errors::provider_error;
+use crate::provider_errors::{failure_data, provider_error};
 use crate::{ControlPlane, Principal};
 
 /// `GET /sandboxes` query.
@@ -63,14 +63,6 @@ fn sandbox_event_data(sandbox: &Sandbox, reason: Option<&str>) -> Map<String, Va
     if let Some(reason) = reason {
         data.insert("reason".into(), json!(reason));
     }
-    data
-}
-
-fn failure_data(operation: &str, provider: &str, error: &Error) -> Map<String, Value> {
-    let mut data = Map::new();
-    data.insert("operation".into(), json!(operation));
-    data.insert("provider".into(), json!(provider));
-    data.insert("error".into(), json!(error.public_message()));
     data
 }
 
@@ -269,11 +261,14 @@ impl ControlPlane {
             ]),
         };
         let provider = resolved.provider;
-        if let Err(err) = provider.spawn(&spec).await {
-            let err = provider_error(provider.name(), "spawn", err);
-            self.publish_spawn_failure(&sandbox, &err, true);
-            return Err(err);
-        }
+        let runtime = match provider.spawn(&spec).await {
+            Ok(runtime) => runtime,
+            Err(err) => {
+                let err = provider_error(provider.name(), "spawn", err);
+                self.publish_spawn_failure(&sandbox, &err, true);
+                return Err(err);
+            }
+        };
         if let Err(err) = self.store().insert_sandbox(&sandbox).await {
             let err = Error::from(err);
             if let Err(undo) = provider.destroy(&sandbox.id).await {
@@ -283,7 +278,10 @@ impl ControlPlane {
             return Err(err);
         }
         drop(reservation);
-        let data = sandbox_event_data(&sandbox, None);
+        let mut data = sandbox_event_data(&sandbox, None);
+        if runtime.image_pulled {
+            data.insert("image_pulled".into(), json!(true));
+        }
         let id = sandbox.id.as_str();
         self.events()
             .publish(EventType::SandboxCreated, id, Some(data.clone()));
@@ -385,14 +383,12 @@ impl ControlPlane {
                     message: "provider is not enabled on this server".to_owned(),
                 })?;
         if let Err(err) = provider.destroy(&sandbox.id).await {
-            let err = provider_error(provider.name(), "destroy", err);
-            let failure = failure_data("destroy", &sandbox.provider, &err);
-            let id = sandbox.id.as_str();
-            self.events()
-                .publish(EventType::OperationFailed, id, Some(failure.clone()));
-            self.events()
-                .publish(EventType::ProviderFailed, id, Some(failure));
-            return Err(err);
+            return Err(self.provider_failure(
+                sandbox.id.as_str(),
+                provider.name(),
+                "destroy",
+                err,
+            ));
         }
         let now = self.clock().now();
         if let Some(destroyed) = self

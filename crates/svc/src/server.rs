@@ -48,7 +48,7 @@ impl RunningServer {
 pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<RunningServer> {
     let config = Arc::new(config);
     let store = wiring::open_store(&config).await?;
-    let plane = match wiring::control_plane(Arc::clone(&config), Arc::clone(&store)) {
+    let plane = match wiring::control_plane(Arc::clone(&config), Arc::clone(&store)).await {
         Ok(plane) => plane,
         Err(err) => {
             store.close().await;

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use svc_control::{ControlPlane, ControlPlaneParts, ProviderRegistry};
 use svc_core::config::{Config, DatabaseDriver};
 use svc_core::{Clock, SystemClock};
+use svc_provider::docker::DockerProvider;
 use svc_provider::mock::MockProvider;
 use svc_provider::Provider;
 use svc_store::sqlite::SqliteStore;
@@ -38,13 +39,25 @@ fn mock_root(config: &Config) -> PathBuf {
 }
 
 /// The enabled providers, in the order `docker`, `firecracker`, `mock`, and the default.
-pub(crate) fn providers(
+pub(crate) async fn providers(
     config: &Config,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ProviderRegistry> {
     let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
+    let mut docker_answers = false;
     if config.providers.docker.enabled {
-        tracing::debug!("docker provider is not part of this build yet; skipping it");
+        // An engine that does not answer leaves the provider listed as unhealthy (decisions §2),
+        // and it becomes healthy once the engine appears.
+        match DockerProvider::connect(config.providers.docker.clone()).await {
+            Ok(docker) => {
+                docker_answers = docker.health().await.is_ok();
+                if !docker_answers {
+                    tracing::info!("no Docker engine answers; the docker provider is unhealthy");
+                }
+                providers.push(Arc::new(docker));
+            }
+            Err(err) => tracing::warn!(error = %err, "the docker provider could not be set up"),
+        }
     }
     if config.providers.firecracker.enabled {
         tracing::warn!("providers.firecracker.enabled is set, but the firecracker provider is not part of this build yet");
@@ -54,10 +67,16 @@ pub(crate) fn providers(
     }
     let default = if config.providers.default.is_empty() {
         // Auto: docker when it answers at start-up, else mock (decisions §2).
-        providers
-            .first()
-            .map(|p| p.name().to_owned())
-            .unwrap_or_default()
+        if docker_answers {
+            "docker".to_owned()
+        } else {
+            providers
+                .iter()
+                .find(|p| p.name() != "docker")
+                .or(providers.first())
+                .map(|p| p.name().to_owned())
+                .unwrap_or_default()
+        }
     } else {
         config.providers.default.clone()
     };
@@ -71,12 +90,12 @@ pub(crate) fn providers(
 }
 
 /// The control plane over an opened store.
-pub(crate) fn control_plane(
+pub(crate) async fn control_plane(
     config: Arc<Config>,
     store: Arc<dyn Store>,
 ) -> anyhow::Result<ControlPlane> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let providers = Arc::new(providers(&config, Arc::clone(&clock))?);
+    let providers = Arc::new(providers(&config, Arc::clone(&clock)).await?);
     Ok(ControlPlane::new(ControlPlaneParts {
         config,
         store,
