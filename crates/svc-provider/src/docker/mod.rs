@@ -53,7 +53,9 @@ const READ_ONLY_TMP: &str = "rw,nosuid,nodev,size=256m";
 
 /// Sandboxes as Docker containers.
 pub struct DockerProvider {
-    docker: Docker,
+    /// The client once the engine answered (with the API version negotiated); until then each
+    /// call tries to connect, so an engine that appears later is picked up.
+    client: std::sync::RwLock<Option<Docker>>,
     config: DockerProviderConfig,
     endpoint: String,
 }
@@ -64,52 +66,64 @@ fn container_name(id: &SandboxId) -> String {
 }
 
 impl DockerProvider {
-    /// Connects (without contacting the engine yet beyond version negotiation).
+    /// A provider for the configured engine. Connecting happens on first use, so this never
+    /// fails: an engine that does not answer makes the provider unhealthy, not absent.
     pub async fn connect(config: DockerProviderConfig) -> Result<Self, ProviderError> {
-        let configured = config.socket.trim().to_owned();
-        let (docker, endpoint) = if configured.is_empty() {
-            let endpoint = std::env::var("DOCKER_HOST")
-                .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
-            (Docker::connect_with_defaults(), endpoint)
-        } else if configured.starts_with("tcp://") || configured.starts_with("http://") {
-            (
-                Docker::connect_with_http(
-                    &configured,
-                    ENGINE_TIMEOUT_SECS,
-                    bollard::API_DEFAULT_VERSION,
-                ),
-                configured.clone(),
-            )
+        let configured = config.socket.trim();
+        let endpoint = if configured.is_empty() {
+            std::env::var("DOCKER_HOST")
+                .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned())
+        } else if configured.starts_with("tcp://")
+            || configured.starts_with("http://")
+            || configured.starts_with("unix://")
+        {
+            configured.to_owned()
         } else {
-            let path = configured
-                .strip_prefix("unix://")
-                .unwrap_or(&configured)
-                .to_owned();
-            (
-                Docker::connect_with_socket(
-                    &path,
-                    ENGINE_TIMEOUT_SECS,
-                    bollard::API_DEFAULT_VERSION,
-                ),
-                format!("unix://{path}"),
-            )
+            format!("unix://{configured}")
         };
-        let docker = docker.map_err(|e| ProviderError::Unavailable {
-            message: format!("connecting to the Docker engine at {endpoint}: {e}"),
-        })?;
-        // The engine here may be older than the client's default API version.
-        let docker =
-            match tokio::time::timeout(Duration::from_secs(5), docker.clone().negotiate_version())
-                .await
-            {
-                Ok(Ok(negotiated)) => negotiated,
-                _ => docker,
-            };
-        Ok(DockerProvider {
-            docker,
+        let provider = DockerProvider {
+            client: std::sync::RwLock::new(None),
             config,
             endpoint,
-        })
+        };
+        // Connect now when the engine answers, so the first request does not pay for it.
+        let _ = provider.client().await;
+        Ok(provider)
+    }
+
+    /// The connected client, connecting (and negotiating the API version) when needed.
+    async fn client(&self) -> Result<Docker, ProviderError> {
+        if let Some(client) = self
+            .client
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            return Ok(client);
+        }
+        let unavailable = |e: &dyn std::fmt::Display| ProviderError::Unavailable {
+            message: format!("cannot reach the Docker engine at {}: {e}", self.endpoint),
+        };
+        let docker = if let Some(path) = self.endpoint.strip_prefix("unix://") {
+            Docker::connect_with_socket(path, ENGINE_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+        } else {
+            Docker::connect_with_http(
+                &self.endpoint,
+                ENGINE_TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            )
+        }
+        .map_err(|e| unavailable(&e))?;
+        // The engine may be older than the client's default API version.
+        let docker = tokio::time::timeout(Duration::from_secs(5), docker.negotiate_version())
+            .await
+            .map_err(|_| unavailable(&"no answer within 5s"))?
+            .map_err(|e| unavailable(&e))?;
+        *self
+            .client
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(docker.clone());
+        Ok(docker)
     }
 
     fn user(&self) -> Option<&str> {
@@ -117,8 +131,8 @@ impl DockerProvider {
     }
 
     /// Pulls `image` unless it is present. Returns whether it pulled.
-    async fn ensure_image(&self, image: &str) -> Result<bool, ProviderError> {
-        match self.docker.inspect_image(image).await {
+    async fn ensure_image(&self, docker: &Docker, image: &str) -> Result<bool, ProviderError> {
+        match docker.inspect_image(image).await {
             Ok(_) => return Ok(false),
             Err(err) if status_of(&err) == Some(404) => {}
             Err(err) => return Err(engine_error("inspecting the image", &err)),
@@ -128,7 +142,7 @@ impl DockerProvider {
             from_image: Some(image.to_owned()),
             ..Default::default()
         };
-        let mut pull = self.docker.create_image(Some(options), None, None);
+        let mut pull = docker.create_image(Some(options), None, None);
         let pulling = async {
             while let Some(progress) = pull.next().await {
                 let progress =
@@ -194,12 +208,13 @@ impl DockerProvider {
     }
 
     async fn remove(&self, name: &str) -> Result<(), ProviderError> {
+        let docker = self.client().await?;
         let options = RemoveContainerOptions {
             force: true,
             v: true,
             ..Default::default()
         };
-        match self.docker.remove_container(name, Some(options)).await {
+        match docker.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(err) if status_of(&err) == Some(404) => Ok(()),
             // Already being removed by a concurrent call.
@@ -209,16 +224,17 @@ impl DockerProvider {
     }
 
     async fn spawn_inner(&self, spec: &SpawnSpec, name: &str) -> Result<bool, ProviderError> {
-        let pulled = self.ensure_image(&spec.image).await?;
+        let docker = self.client().await?;
+        let pulled = self.ensure_image(&docker, &spec.image).await?;
         let options = CreateContainerOptions {
             name: Some(name.to_owned()),
             ..Default::default()
         };
-        self.docker
+        docker
             .create_container(Some(options), self.container_body(spec))
             .await
             .map_err(|e| engine_error("creating the container", &e))?;
-        if let Err(err) = self.docker.start_container(name, None).await {
+        if let Err(err) = docker.start_container(name, None).await {
             let message = err.to_string();
             // An image without a shell cannot run the keep-alive loop; the container stays
             // created, which the archive API (file read and write) works with.
@@ -261,7 +277,8 @@ impl Provider for DockerProvider {
     }
 
     async fn health(&self) -> Result<(), ProviderError> {
-        self.docker
+        self.client()
+            .await?
             .ping()
             .await
             .map(drop)
@@ -297,7 +314,8 @@ impl Provider for DockerProvider {
 
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
         match self
-            .docker
+            .client()
+            .await?
             .inspect_container(&container_name(id), None)
             .await
         {
@@ -319,7 +337,8 @@ impl Provider for DockerProvider {
             ..Default::default()
         };
         let containers = self
-            .docker
+            .client()
+            .await?
             .list_containers(Some(options))
             .await
             .map_err(|e| engine_error("listing containers", &e))?;
@@ -358,7 +377,8 @@ impl Provider for DockerProvider {
             tail: lines.to_string(),
             ..Default::default()
         };
-        let mut stream = self.docker.logs(&container_name(id), Some(options));
+        let docker = self.client().await?;
+        let mut stream = docker.logs(&container_name(id), Some(options));
         let mut text = Vec::new();
         while let Some(item) = stream.next().await {
             let item = item.map_err(|e| container_error(id.as_str(), "reading logs", &e))?;
@@ -377,7 +397,7 @@ impl Provider for DockerProvider {
             let path = SandboxPath::parse(workdir).map_err(|e| ProviderError::InvalidRequest {
                 message: format!("workdir: {e}"),
             })?;
-            match files::stat(&self.docker, &container, &path).await {
+            match files::stat(&self.client().await?, &container, &path).await {
                 Ok(info) if info.is_dir => {}
                 Ok(_) => {
                     return Err(ProviderError::InvalidRequest {
@@ -393,7 +413,14 @@ impl Provider for DockerProvider {
                 Err(err) => return Err(err),
             }
         }
-        exec::start(&self.docker, &container, id.as_str(), self.user(), &spec).await
+        exec::start(
+            &self.client().await?,
+            &container,
+            id.as_str(),
+            self.user(),
+            &spec,
+        )
+        .await
     }
 
     async fn write_file(
@@ -404,7 +431,14 @@ impl Provider for DockerProvider {
         content: ByteStream,
     ) -> Result<(), ProviderError> {
         self.require_container(id).await?;
-        files::write(&self.docker, &container_name(id), path, mode, content).await
+        files::write(
+            &self.client().await?,
+            &container_name(id),
+            path,
+            mode,
+            content,
+        )
+        .await
     }
 
     async fn read_file(
@@ -413,7 +447,7 @@ impl Provider for DockerProvider {
         path: &SandboxPath,
     ) -> Result<ByteStream, ProviderError> {
         self.require_container(id).await?;
-        files::read(&self.docker, &container_name(id), path).await
+        files::read(&self.client().await?, &container_name(id), path).await
     }
 
     async fn delete_file(
@@ -423,7 +457,7 @@ impl Provider for DockerProvider {
         recursive: bool,
     ) -> Result<(), ProviderError> {
         files::delete(
-            &self.docker,
+            &self.client().await?,
             &container_name(id),
             id.as_str(),
             path,
@@ -437,7 +471,13 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         path: &SandboxPath,
     ) -> Result<Vec<FileInfo>, ProviderError> {
-        files::list(&self.docker, &container_name(id), id.as_str(), path).await
+        files::list(
+            &self.client().await?,
+            &container_name(id),
+            id.as_str(),
+            path,
+        )
+        .await
     }
 
     async fn move_path(
@@ -446,7 +486,14 @@ impl Provider for DockerProvider {
         from: &SandboxPath,
         to: &SandboxPath,
     ) -> Result<(), ProviderError> {
-        files::rename(&self.docker, &container_name(id), id.as_str(), from, to).await
+        files::rename(
+            &self.client().await?,
+            &container_name(id),
+            id.as_str(),
+            from,
+            to,
+        )
+        .await
     }
 
     async fn chmod(
@@ -455,16 +502,29 @@ impl Provider for DockerProvider {
         path: &SandboxPath,
         mode: u32,
     ) -> Result<(), ProviderError> {
-        files::chmod(&self.docker, &container_name(id), id.as_str(), path, mode).await
+        files::chmod(
+            &self.client().await?,
+            &container_name(id),
+            id.as_str(),
+            path,
+            mode,
+        )
+        .await
     }
 
     async fn stat(&self, id: &SandboxId, path: &SandboxPath) -> Result<FileInfo, ProviderError> {
         self.require_container(id).await?;
-        files::stat(&self.docker, &container_name(id), path).await
+        files::stat(&self.client().await?, &container_name(id), path).await
     }
 
     async fn glob(&self, id: &SandboxId, pattern: &str) -> Result<Vec<String>, ProviderError> {
-        files::glob(&self.docker, &container_name(id), id.as_str(), pattern).await
+        files::glob(
+            &self.client().await?,
+            &container_name(id),
+            id.as_str(),
+            pattern,
+        )
+        .await
     }
 }
 

@@ -9,6 +9,7 @@ mod harness;
 mod bad_input;
 mod cli;
 mod concurrency;
+mod docker;
 mod events;
 mod exec;
 mod files;

@@ -150,7 +150,9 @@ async fn signals_end_the_command_with_128_plus_n() {
         assert!(ready.to_text().unwrap().contains("ready"));
         send(&mut socket, json!({"type": "signal", "signal": name})).await;
         let (messages, _) = drain(&mut socket).await;
-        let last = messages.last().unwrap_or_else(|| panic!("{name}: no messages after the signal"));
+        let last = messages
+            .last()
+            .unwrap_or_else(|| panic!("{name}: no messages after the signal"));
         assert_eq!(last["exit_code"], code, "{name}");
     }
     server.shutdown().await;

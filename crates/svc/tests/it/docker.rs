@@ -1,0 +1,647 @@
+//! The docker provider through the HTTP API, on a real engine with the local test images
+//! `scripts/test.sh` builds. Skips loudly when no engine answers, unless the run requires one
+//! (`SVC_TEST_REQUIRE_DOCKER` or `CI`).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::Docker;
+use futures::StreamExt;
+use reqwest::Method;
+use serde_json::{json, Value};
+use svc_core::config::Config;
+
+use crate::harness::{wait_for, TestServer};
+
+const IMAGE: &str = "svc-test-busybox:latest";
+
+/// The engine, or `None` with a loud skip.
+async fn engine() -> Option<Docker> {
+    let docker = Docker::connect_with_defaults().ok();
+    let docker = match docker {
+        Some(d) => d.negotiate_version().await.ok(),
+        None => None,
+    };
+    let answers = match &docker {
+        Some(d) => d.ping().await.is_ok(),
+        None => false,
+    };
+    if !answers {
+        assert!(
+            std::env::var_os("SVC_TEST_REQUIRE_DOCKER").is_none()
+                && std::env::var_os("CI").is_none(),
+            "the Docker engine is required here but does not answer"
+        );
+        eprintln!("SKIPPED (loudly): no Docker engine answers; run scripts/test.sh to start one");
+        return None;
+    }
+    docker
+}
+
+async fn docker_server(adjust: impl FnOnce(&mut Config)) -> Option<(TestServer, Docker)> {
+    let docker = engine().await?;
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        adjust(c);
+    })
+    .await;
+    Some((server, docker))
+}
+
+async fn spawn_docker(server: &TestServer, extra: Value) -> String {
+    let mut body = json!({"provider": "docker", "image": IMAGE});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    server.spawn(body).await["id"].as_str().unwrap().to_owned()
+}
+
+fn container(id: &str) -> String {
+    format!("svc-{id}")
+}
+
+#[tokio::test]
+async fn docker_sandbox_lifecycle_with_labels_and_limits() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let reply = server
+        .client
+        .post(server.url("/sandboxes"))
+        .header("X-User-ID", "alice")
+        .json(&json!({"provider": "docker", "image": IMAGE, "memory_mb": 256, "vcpus": 1, "env": {"GREETING": "hello"}}))
+        .send()
+        .await
+        .unwrap();
+    let sandbox = TestServer::reply(reply).await;
+    assert_eq!(sandbox.status, 201, "{}", sandbox.body);
+    assert_eq!(sandbox.body["provider"], "docker");
+    let id = sandbox.body["id"].as_str().unwrap().to_owned();
+    let inspect = docker
+        .inspect_container(&container(&id), None)
+        .await
+        .unwrap();
+    let labels = inspect.config.as_ref().unwrap().labels.clone().unwrap();
+    assert_eq!(labels["dev.svc.managed"], "true");
+    assert_eq!(labels["dev.svc.sandbox_id"], id);
+    assert_eq!(labels["dev.svc.owner"], "alice");
+    assert_eq!(labels["dev.svc.tenant"], "default");
+    assert_eq!(labels["dev.svc.worker"], "local");
+    let host = inspect.host_config.unwrap();
+    assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    assert_eq!(host.nano_cpus, Some(1_000_000_000));
+    assert_eq!(host.pids_limit, Some(256));
+    assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+    assert!(host
+        .security_opt
+        .unwrap()
+        .contains(&"no-new-privileges:true".to_owned()));
+    assert_eq!(host.network_mode.as_deref(), Some("bridge"));
+    assert_eq!(
+        inspect.state.unwrap().running,
+        Some(true),
+        "the container keeps running"
+    );
+
+    let exec = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo $GREETING; id -u; echo oops >&2; exit 4"}),
+        )
+        .await;
+    assert_eq!(exec.body["stdout"], "hello\n0\n");
+    assert_eq!(exec.body["stderr"], "oops\n");
+    assert_eq!(exec.body["exit_code"], 4);
+
+    let provider = server.get("/providers/docker").await;
+    assert_eq!(provider.body["healthy"], true);
+    assert_eq!(provider.body["sandbox_count"], 1);
+    assert_eq!(provider.body["config"]["runtime"], "runc");
+    assert_eq!(provider.body["config"]["network_mode"], "bridge");
+    assert_eq!(provider.body["config"]["dropped_caps"], json!(["ALL"]));
+    let capabilities = provider.body["health"]["capabilities"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for cap in [
+        "spawn",
+        "exec",
+        "exec_stream",
+        "files",
+        "console",
+        "health",
+        "runtime_inventory",
+        "container",
+    ] {
+        assert!(capabilities.contains(&json!(cap)), "{cap}");
+    }
+    let summary = server.get("/providers").await;
+    let docker_summary = summary
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "docker")
+        .unwrap()
+        .clone();
+    assert!(docker_summary["runtime_count"].as_u64().unwrap() >= 1);
+
+    let logs = server.get(&format!("/sandboxes/{id}/logs?lines=10")).await;
+    assert_eq!(logs.status, 200);
+
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    let gone = docker.inspect_container(&container(&id), None).await;
+    assert!(gone.is_err(), "the container is removed");
+    assert_eq!(
+        server.delete(&format!("/sandboxes/{id}")).await.status,
+        200,
+        "idempotent"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn docker_exec_forms_and_deadlines() {
+    let Some((server, _docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    let exec = format!("/sandboxes/{id}/exec");
+    let timed = server
+        .post(
+            &exec,
+            json!({"command": "echo partial; sleep 30", "timeout": "500ms"}),
+        )
+        .await;
+    assert_eq!(timed.body["exit_code"], 124);
+    assert_eq!(timed.body["timed_out"], true);
+    assert_eq!(timed.body["stdout"], "partial\n");
+    let ps = server
+        .post(
+            &exec,
+            json!({"command": "ps -o args | grep -c '^sleep 30' || true"}),
+        )
+        .await;
+    assert_eq!(
+        ps.body["stdout"], "0\n",
+        "the deadline stopped the process inside the container"
+    );
+
+    let response = server
+        .client
+        .post(server.url(&exec))
+        .json(&json!({"command": "echo one; echo two >&2", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let text = response.text().await.unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.contains(&json!({"stream": "stdout", "data": "one\n"})),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&json!({"stream": "stderr", "data": "two\n"})),
+        "{lines:?}"
+    );
+    assert_eq!(lines.last().unwrap()["exit_code"], 0);
+
+    let argv = server
+        .post(&exec, json!({"command": "echo", "args": ["a b", "$HOME"]}))
+        .await;
+    assert_eq!(argv.body["stdout"], "a b $HOME\n");
+    let workdir = server
+        .post(&exec, json!({"command": "pwd", "workdir": "/tmp"}))
+        .await;
+    assert_eq!(workdir.body["stdout"], "/tmp\n");
+    server
+        .post(&exec, json!({"command": "pwd", "workdir": "/nope"}))
+        .await
+        .assert_error(400, "bad_request");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn docker_interactive_tty_resize_and_stdin() {
+    let Some((server, _docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    let url = format!(
+        "{}/sandboxes/{id}/exec/ws",
+        server.url("").replace("http://", "ws://")
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let start = json!({"type": "start", "command": "stty size; read line; stty size; echo got:$line", "tty": true, "cols": 100, "rows": 30});
+    socket
+        .send(Message::Text(start.to_string().into()))
+        .await
+        .unwrap();
+    let mut output = String::new();
+    // Resize only once the first size was printed.
+    while !output.contains('\n') {
+        let Some(Ok(Message::Text(text))) = socket.next().await else {
+            panic!("no output")
+        };
+        let value: Value = serde_json::from_str(&text).unwrap();
+        output.push_str(value["data"].as_str().unwrap_or_default());
+    }
+    socket
+        .send(Message::Text(
+            json!({"type": "resize", "cols": 140, "rows": 45})
+                .to_string()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    socket
+        .send(Message::Text(
+            json!({"type": "stdin", "data": "hi\n"}).to_string().into(),
+        ))
+        .await
+        .unwrap();
+    let mut exit = None;
+    while let Ok(Some(Ok(message))) =
+        tokio::time::timeout(Duration::from_secs(20), socket.next()).await
+    {
+        let Message::Text(text) = message else { break };
+        let value: Value = serde_json::from_str(&text).unwrap();
+        match value["type"].as_str().unwrap() {
+            "stdout" => output.push_str(value["data"].as_str().unwrap()),
+            "exit" => exit = value["exit_code"].as_i64(),
+            other => panic!("unexpected {other}: {value}"),
+        }
+    }
+    assert_eq!(exit, Some(0), "{output:?}");
+    assert!(output.contains("30 100"), "{output:?}");
+    assert!(output.contains("45 140"), "{output:?}");
+    assert!(output.contains("got:hi"), "{output:?}");
+
+    // Plain stdin with EOF.
+    let (mut socket, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    socket
+        .send(Message::Text(
+            json!({"type": "start", "command": "cat"})
+                .to_string()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    socket
+        .send(Message::Text(
+            json!({"type": "stdin", "data": "piped", "eof": true})
+                .to_string()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    let mut text = String::new();
+    while let Ok(Some(Ok(Message::Text(message)))) =
+        tokio::time::timeout(Duration::from_secs(20), socket.next()).await
+    {
+        let value: Value = serde_json::from_str(&message).unwrap();
+        if value["type"] == "stdout" {
+            text.push_str(value["data"].as_str().unwrap());
+        }
+        if value["type"] == "exit" {
+            assert_eq!(value["exit_code"], 0);
+            break;
+        }
+    }
+    assert_eq!(text, "piped");
+    server.shutdown().await;
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn docker_files_and_a_500_mib_read_in_constant_memory() {
+    let Some((server, _docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    let files = format!("/sandboxes/{id}/files");
+    let written = server
+        .post(
+            &files,
+            json!({"path": "/work/deep/a.txt", "content": "héllo", "mode": "0640"}),
+        )
+        .await;
+    assert_eq!(written.status, 200, "{}", written.body);
+    let read = server
+        .client
+        .get(server.url(&format!("{files}?path=/work/deep/a.txt")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.bytes().await.unwrap(), "héllo".as_bytes());
+    let stat = server
+        .get(&format!("{files}/stat?path=/work/deep/a.txt"))
+        .await;
+    assert_eq!(stat.body["mode"], "0640");
+    assert_eq!(stat.body["size"], 6);
+    let tmp = server.get(&format!("{files}/stat?path=/tmp")).await;
+    assert_eq!(
+        tmp.body["mode"], "1777",
+        "existing directories keep their modes"
+    );
+    let list = server.get(&format!("{files}/list?path=/work/deep")).await;
+    assert_eq!(list.body[0]["name"], "a.txt");
+    server
+        .post(
+            &format!("{files}/move"),
+            json!({"old_path": "/work/deep/a.txt", "new_path": "/work/b.txt"}),
+        )
+        .await;
+    server
+        .post(
+            &format!("{files}/chmod"),
+            json!({"path": "/work/b.txt", "mode": "600"}),
+        )
+        .await;
+    assert_eq!(
+        server
+            .get(&format!("{files}/stat?path=/work/b.txt"))
+            .await
+            .body["mode"],
+        "0600"
+    );
+    assert_eq!(
+        server
+            .get(&format!("{files}/glob?pattern=/work/**/*.txt"))
+            .await
+            .body,
+        json!(["/work/b.txt"])
+    );
+    server
+        .call(Method::DELETE, &format!("{files}?path=/work"), None)
+        .await
+        .assert_error(400, "bad_request");
+    assert_eq!(
+        server
+            .call(
+                Method::DELETE,
+                &format!("{files}?path=/work&recursive=true"),
+                None
+            )
+            .await
+            .status,
+        200
+    );
+    server
+        .get(&format!("{files}?path=/work/b.txt"))
+        .await
+        .assert_error(404, "not_found");
+
+    let made = server
+        .post(&format!("/sandboxes/{id}/exec"), json!({"command": "head -c 524288000 /dev/zero > /big.bin && echo ok", "timeout": "5m"}))
+        .await;
+    assert_eq!(made.body["stdout"], "ok\n", "{}", made.body);
+    let before = rss_kib();
+    let response = server
+        .client
+        .get(server.url(&format!("{files}?path=/big.bin")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut total = 0u64;
+    let mut peak = before;
+    let mut chunks = 0u64;
+    while let Some(chunk) = stream.next().await {
+        total += chunk.unwrap().len() as u64;
+        chunks += 1;
+        if chunks % 64 == 0 {
+            peak = peak.max(rss_kib());
+        }
+    }
+    assert_eq!(total, 524_288_000);
+    let growth_mib = (peak.saturating_sub(before)) / 1024;
+    assert!(
+        growth_mib < 100,
+        "reading 500 MiB grew the process by {growth_mib} MiB"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn docker_files_without_a_shell_and_read_only_rootfs() {
+    let Some((server, _docker)) =
+        docker_server(|c| c.providers.docker.read_only_rootfs = true).await
+    else {
+        return;
+    };
+    let noshell = server
+        .spawn(json!({"provider": "docker", "image": "svc-test-noshell:latest"}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let files = format!("/sandboxes/{noshell}/files");
+    let read = server
+        .client
+        .get(server.url(&format!("{files}?path=/data/readme.txt")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.bytes().await.unwrap(), "no shell here\n");
+
+    let id = spawn_docker(&server, json!({})).await;
+    let exec = format!("/sandboxes/{id}/exec");
+    let rootfs = server
+        .post(&exec, json!({"command": "touch /nope 2>&1; echo $?"}))
+        .await;
+    assert_ne!(
+        rootfs.body["stdout"].as_str().unwrap().lines().last(),
+        Some("0"),
+        "the root filesystem is read-only"
+    );
+    let tmp = server
+        .post(&exec, json!({"command": "echo x > /tmp/ok && cat /tmp/ok"}))
+        .await;
+    assert_eq!(tmp.body["stdout"], "x\n", "/tmp stays writable");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn docker_sandboxes_survive_a_restart() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    let server = server.restart().await;
+    let exec = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo still here"}),
+        )
+        .await;
+    assert_eq!(exec.body["stdout"], "still here\n");
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    assert!(docker
+        .inspect_container(&container(&id), None)
+        .await
+        .is_err());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_engine_that_does_not_answer_is_unhealthy_and_refuses_spawns() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("missing.sock");
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        c.providers.docker.socket = socket.display().to_string();
+        c.providers.mock.enabled = false;
+    })
+    .await;
+    let ready = server.get("/ready").await;
+    assert_eq!(ready.status, 503);
+    assert_eq!(ready.body["providers"][0]["name"], "docker");
+    assert_eq!(ready.body["providers"][0]["healthy"], false);
+    assert!(ready.body["providers"][0]["error"].is_string());
+    let message = server
+        .post("/sandboxes", json!({"provider": "docker", "image": IMAGE}))
+        .await
+        .assert_error(503, "unavailable");
+    assert!(message.contains("docker"), "{message}");
+    assert!(server.listed_ids("?state=all").await.is_empty());
+    server.shutdown().await;
+}
+
+/// A socket in front of the real engine that can be cut, as if the engine went away.
+struct EngineProxy {
+    path: PathBuf,
+    connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    acceptor: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EngineProxy {
+    fn start(path: &Path) -> Self {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let tracked = Arc::clone(&connections);
+        let acceptor = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let handle = tokio::spawn(async move {
+                    if let Ok(mut engine) =
+                        tokio::net::UnixStream::connect("/var/run/docker.sock").await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut engine).await;
+                    }
+                });
+                tracked.lock().unwrap().push(handle);
+            }
+        });
+        EngineProxy {
+            path: path.to_path_buf(),
+            connections,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    fn cut(&mut self) {
+        if let Some(acceptor) = self.acceptor.take() {
+            acceptor.abort();
+        }
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[tokio::test]
+async fn an_engine_going_away_mid_operation() {
+    let Some(docker) = engine().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("engine.sock");
+    let mut proxy = EngineProxy::start(&socket);
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        c.providers.docker.socket = socket.display().to_string();
+        c.providers.mock.enabled = false;
+    })
+    .await;
+    let id = spawn_docker(&server, json!({})).await;
+    let mut events = server.events("?types=provider.failed", None).await;
+    proxy.cut();
+    // Give the provider's pooled connections a moment to notice.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let message = server
+        .post(&format!("/sandboxes/{id}/exec"), json!({"command": "true"}))
+        .await
+        .assert_error(500, "provider_error");
+    assert!(message.contains("docker"), "{message}");
+    let failed = events
+        .next(Duration::from_secs(10))
+        .await
+        .expect("provider.failed");
+    assert_eq!(failed.data["data"]["provider"], "docker");
+    server
+        .delete(&format!("/sandboxes/{id}"))
+        .await
+        .assert_error(500, "provider_error");
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["state"],
+        "running",
+        "a failed destroy changes nothing"
+    );
+    let failed_spawn = server
+        .post("/sandboxes", json!({"provider": "docker", "image": IMAGE}))
+        .await;
+    assert!(
+        matches!(failed_spawn.status.as_u16(), 500 | 503),
+        "{}",
+        failed_spawn.body
+    );
+    assert_eq!(
+        server.listed_ids("?state=all").await,
+        vec![id.clone()],
+        "no record for the failed spawn"
+    );
+    wait_for(
+        "/ready to report the engine gone",
+        Duration::from_secs(10),
+        || async { server.get("/ready").await.status == 503 },
+    )
+    .await;
+    // The engine comes back: the sandbox is intact and can be destroyed.
+    let _proxy = EngineProxy::start(&socket);
+    wait_for("/ready to recover", Duration::from_secs(10), || async {
+        server.get("/ready").await.status == 200
+    })
+    .await;
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    let managed = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(std::collections::HashMap::from([(
+                "label".to_owned(),
+                vec![format!("dev.svc.sandbox_id={id}")],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(managed.is_empty(), "no orphaned container");
+    server.shutdown().await;
+}
