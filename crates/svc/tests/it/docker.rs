@@ -61,6 +61,23 @@ fn container(id: &str) -> String {
     format!("svc-{id}")
 }
 
+/// Removes the containers of every sandbox the server knows (shutdown leaves them running by
+/// design), then shuts the server down.
+async fn finish(server: TestServer, docker: &Docker) {
+    for id in server.listed_ids("?state=all").await {
+        let _ = docker
+            .remove_container(
+                &container(&id),
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn docker_sandbox_lifecycle_with_labels_and_limits() {
     let Some((server, docker)) = docker_server(|_| {}).await else {
@@ -163,7 +180,7 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits() {
 
 #[tokio::test]
 async fn docker_exec_forms_and_deadlines() {
-    let Some((server, _docker)) = docker_server(|_| {}).await else {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -223,12 +240,12 @@ async fn docker_exec_forms_and_deadlines() {
         .post(&exec, json!({"command": "pwd", "workdir": "/nope"}))
         .await
         .assert_error(400, "bad_request");
-    server.shutdown().await;
+    finish(server, &docker).await;
 }
 
 #[tokio::test]
 async fn docker_interactive_tty_resize_and_stdin() {
-    let Some((server, _docker)) = docker_server(|_| {}).await else {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -316,7 +333,7 @@ async fn docker_interactive_tty_resize_and_stdin() {
         }
     }
     assert_eq!(text, "piped");
-    server.shutdown().await;
+    finish(server, &docker).await;
 }
 
 fn rss_kib() -> u64 {
@@ -330,7 +347,7 @@ fn rss_kib() -> u64 {
 
 #[tokio::test]
 async fn docker_files_and_a_500_mib_read_in_constant_memory() {
-    let Some((server, _docker)) = docker_server(|_| {}).await else {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -426,7 +443,7 @@ async fn docker_files_and_a_500_mib_read_in_constant_memory() {
     while let Some(chunk) = stream.next().await {
         total += chunk.unwrap().len() as u64;
         chunks += 1;
-        if chunks % 64 == 0 {
+        if chunks.is_multiple_of(64) {
             peak = peak.max(rss_kib());
         }
     }
@@ -436,12 +453,12 @@ async fn docker_files_and_a_500_mib_read_in_constant_memory() {
         growth_mib < 100,
         "reading 500 MiB grew the process by {growth_mib} MiB"
     );
-    server.shutdown().await;
+    finish(server, &docker).await;
 }
 
 #[tokio::test]
 async fn docker_files_without_a_shell_and_read_only_rootfs() {
-    let Some((server, _docker)) =
+    let Some((server, docker)) =
         docker_server(|c| c.providers.docker.read_only_rootfs = true).await
     else {
         return;
@@ -475,7 +492,7 @@ async fn docker_files_without_a_shell_and_read_only_rootfs() {
         .post(&exec, json!({"command": "echo x > /tmp/ok && cat /tmp/ok"}))
         .await;
     assert_eq!(tmp.body["stdout"], "x\n", "/tmp stays writable");
-    server.shutdown().await;
+    finish(server, &docker).await;
 }
 
 #[tokio::test]
