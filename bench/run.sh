@@ -15,7 +15,7 @@ trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "
 (
     cd "$work"
     SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
-        SVC_PROVIDERS__DOCKER__ENABLED=false exec "$OLDPWD/target/release/svc" serve 2>"$work/svc.log"
+        exec "$OLDPWD/target/release/svc" serve 2>"$work/svc.log"
 ) &
 pid=$!
 for _ in $(seq 100); do
@@ -29,3 +29,8 @@ for _ in $(seq "$runs"); do bench spawn-destroy --concurrency 16 --seconds "$sec
 for _ in $(seq "$runs"); do bench exec-latency --iterations 300; done
 for _ in $(seq "$runs"); do bench stream-throughput --bytes "$stream_bytes" --server-pid "$pid"; done
 for _ in $(seq "$runs"); do bench files --mib 32 --rounds 5; done
+if curl -sf --unix-socket /var/run/docker.sock http://localhost/_ping >/dev/null 2>&1; then
+    for _ in $(seq "$runs"); do bench docker --sandboxes 15 --execs 10; done
+else
+    echo "docker benchmark skipped: no engine at /var/run/docker.sock (scripts/test.sh starts one)"
+fi

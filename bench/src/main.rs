@@ -5,6 +5,7 @@
 //! through the API and directly on the host (`--baseline`), so the two can be compared in one
 //! run on one machine.
 
+mod docker;
 mod exec;
 mod load;
 
@@ -32,6 +33,8 @@ enum Scenario {
     StreamThroughput(exec::ThroughputArgs),
     /// MB/s of file writes and reads through the API, and the host baseline.
     Files(exec::FilesArgs),
+    /// The docker provider next to the raw Engine API: spawn-to-first-exec, exec, destroy.
+    Docker(docker::DockerArgs),
 }
 
 #[tokio::main]
@@ -43,6 +46,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::ExecLatency(latency) => exec::latency(&args.url, &latency).await,
         Scenario::StreamThroughput(throughput) => exec::throughput(&args.url, &throughput).await,
         Scenario::Files(files) => exec::files(&args.url, &files).await,
+        Scenario::Docker(docker) => docker::run(&args.url, &docker).await,
     }
 }
 
