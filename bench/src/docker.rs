@@ -44,8 +44,9 @@ async fn raw_exec(docker: &Docker, container: &str) -> anyhow::Result<()> {
             },
         )
         .await?;
-    if let StartExecResults::Attached { mut output, .. } =
-        docker.start_exec(&exec.id, Some(StartExecOptions::default())).await?
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&exec.id, Some(StartExecOptions::default()))
+        .await?
     {
         while output.next().await.is_some() {}
     }

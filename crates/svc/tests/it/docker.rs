@@ -662,3 +662,63 @@ async fn an_engine_going_away_mid_operation() {
     assert!(managed.is_empty(), "no orphaned container");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn missing_images_are_pulled_and_failures_leave_nothing() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let mut events = server
+        .events("?types=sandbox.error,provider.failed", None)
+        .await;
+    // No registry is reachable here, so the pull itself fails; what matters is that it was
+    // attempted, the error says so, and nothing is left behind.
+    let message = server
+        .post(
+            "/sandboxes",
+            json!({"provider": "docker", "image": "svc-test-not-here/nothing:1.0"}),
+        )
+        .await
+        .assert_error(500, "provider_error");
+    assert!(message.contains("pull"), "{message}");
+    assert_eq!(
+        events.next(Duration::from_secs(10)).await.unwrap().data["type"],
+        "sandbox.error"
+    );
+    assert_eq!(
+        events.next(Duration::from_secs(10)).await.unwrap().data["type"],
+        "provider.failed"
+    );
+    assert!(server.listed_ids("?state=all").await.is_empty());
+    let leftovers = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(std::collections::HashMap::from([(
+                "ancestor".to_owned(),
+                vec!["svc-test-not-here/nothing:1.0".to_owned()],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap_or_default();
+    assert!(leftovers.is_empty());
+
+    // A container that vanished behind svc's back is destroyed without complaint.
+    let id = spawn_docker(&server, json!({})).await;
+    docker
+        .remove_container(
+            &container(&id),
+            Some(bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["state"],
+        "destroyed"
+    );
+    finish(server, &docker).await;
+}
