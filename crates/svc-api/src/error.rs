@@ -55,6 +55,64 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The wire code of an HTTP status that did not come from a service error.
+pub(crate) fn code_of_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        409 => "conflict",
+        413 => "payload_too_large",
+        429 => "resource_limit",
+        503 => "unavailable",
+        500..=599 => "internal",
+        _ => "bad_request",
+    }
+}
+
+/// Makes sure every error response is `{code, message}` JSON: errors raised by framework
+/// extractors (a malformed path segment, a missing upgrade) arrive as plain text and are
+/// wrapped here, keeping their status and text.
+pub(crate) async fn json_errors(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_lowercase()
+    } else {
+        text
+    };
+    let mut wrapped = (
+        status,
+        axum::Json(ErrorBody {
+            code: code_of_status(status),
+            message,
+        }),
+    )
+        .into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            wrapped.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    wrapped
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

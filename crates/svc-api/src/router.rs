@@ -70,6 +70,7 @@ pub fn router(plane: ControlPlane) -> Router {
     .fallback(route_not_found)
     .method_not_allowed_fallback(method_not_allowed)
     .layer(DefaultBodyLimit::max(max_body))
+    .layer(axum::middleware::from_fn(crate::error::json_errors))
     .with_state(plane)
     .layer(cors)
     .layer(axum::middleware::from_fn(crate::observe::observe))

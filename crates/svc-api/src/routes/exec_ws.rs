@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -117,10 +118,19 @@ async fn exec_ws(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
     Path(id): Path<String>,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     // Errors the caller can act on come as HTTP answers, before the upgrade.
     plane.get_active_sandbox(&principal, &id).await?;
+    let upgrade = upgrade.map_err(|rejection| {
+        svc_core::Error::invalid(
+            "Upgrade",
+            format!(
+                "this route needs a WebSocket upgrade request: {}",
+                rejection.body_text()
+            ),
+        )
+    })?;
     Ok(upgrade.on_upgrade(move |socket| session(plane, principal, id, socket)))
 }
 

@@ -82,6 +82,10 @@ async fn unknown_routes_and_methods_answer_json() {
     assert_eq!(wrong.headers["content-type"], "application/json");
     let wrong = server.call(Method::PATCH, "/sandboxes", None).await;
     wrong.assert_error(405, "method_not_allowed");
+    // Framework-level rejections are JSON too (here: a path segment that is not UTF-8).
+    let bad_segment = server.get("/templates/%FF%FE").await;
+    assert!(bad_segment.status.is_client_error());
+    assert!(bad_segment.body["code"].is_string(), "{}", bad_segment.body);
     server.shutdown().await;
 }
 

@@ -238,6 +238,11 @@ async fn protocol_errors_send_error_and_close() {
         );
         assert!(close.is_some(), "the server closes after an error");
     }
+    // A plain GET without the upgrade is a JSON 400.
+    server
+        .get(&format!("/sandboxes/{id}/exec/ws"))
+        .await
+        .assert_error(400, "bad_request");
     // An unknown or destroyed sandbox is refused before the upgrade.
     let url = format!(
         "{}/sandboxes/sb-0123456789abcdef/exec/ws",
