@@ -10,6 +10,7 @@ mod exec;
 mod files;
 pub mod glob;
 pub mod mock;
+mod process;
 mod provider;
 
 pub use error::ProviderError;

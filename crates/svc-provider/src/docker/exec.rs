@@ -13,7 +13,7 @@ use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, Star
 use bollard::Docker;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use rustix::process::{kill_process, kill_process_group, Pid, Signal as RustixSignal};
+use rustix::process::Pid;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_stream::wrappers::ReceiverStream;
@@ -122,24 +122,6 @@ fn process_tree(root: Pid) -> Vec<Pid> {
     tree.into_iter().filter_map(Pid::from_raw).collect()
 }
 
-fn to_rustix(signal: Signal) -> RustixSignal {
-    match signal {
-        Signal::Hup => RustixSignal::HUP,
-        Signal::Int => RustixSignal::INT,
-        Signal::Kill => RustixSignal::KILL,
-        Signal::Term => RustixSignal::TERM,
-    }
-}
-
-fn ignore_gone(result: rustix::io::Result<()>) -> Result<(), ProviderError> {
-    match result {
-        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-        Err(err) => Err(ProviderError::failed(format!(
-            "signalling the command: {err}"
-        ))),
-    }
-}
-
 #[async_trait]
 impl ExecControl for DockerControl {
     async fn write_stdin(&self, data: Bytes) -> Result<(), ProviderError> {
@@ -182,7 +164,7 @@ impl ExecControl for DockerControl {
         // The runtime starts every exec as a session and process-group leader, so the group is
         // the command and everything it started.
         match self.host_pid().await? {
-            Some(pid) => ignore_gone(kill_process_group(pid, to_rustix(signal))),
+            Some(pid) => crate::process::signal_group(pid, signal),
             None => Ok(()),
         }
     }
@@ -193,9 +175,9 @@ impl ExecControl for DockerControl {
         };
         // Descendants that left the group (setsid) are still found through their parents.
         let tree = process_tree(pid);
-        ignore_gone(kill_process_group(pid, RustixSignal::KILL))?;
+        crate::process::signal_group(pid, Signal::Kill)?;
         for process in tree {
-            ignore_gone(kill_process(process, RustixSignal::KILL))?;
+            crate::process::signal_process(process, Signal::Kill)?;
         }
         Ok(())
     }

@@ -384,10 +384,10 @@ impl Provider for DockerProvider {
             let item = item.map_err(|e| container_error(id.as_str(), "reading logs", &e))?;
             text.extend_from_slice(&item.into_bytes());
         }
-        let text = String::from_utf8_lossy(&text);
-        let all: Vec<&str> = text.lines().collect();
-        let start = all.len().saturating_sub(lines);
-        Ok(all[start..].iter().map(|l| (*l).to_owned()).collect())
+        Ok(crate::process::last_lines(
+            &String::from_utf8_lossy(&text),
+            lines,
+        ))
     }
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::FutureExt;
-use rustix::process::{kill_process_group, Pid, Signal as RustixSignal};
+use rustix::process::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Mutex};
 use tokio_stream::wrappers::ReceiverStream;
@@ -39,24 +39,11 @@ struct MockControl {
     group: Option<Pid>,
 }
 
-fn to_rustix(signal: Signal) -> RustixSignal {
-    match signal {
-        Signal::Hup => RustixSignal::HUP,
-        Signal::Int => RustixSignal::INT,
-        Signal::Kill => RustixSignal::KILL,
-        Signal::Term => RustixSignal::TERM,
-    }
-}
-
 impl MockControl {
     fn send(&self, signal: Signal) -> Result<(), ProviderError> {
-        let Some(group) = self.group else {
-            return Ok(());
-        };
-        match kill_process_group(group, to_rustix(signal)) {
-            // The group is gone: the command already ended.
-            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-            Err(err) => Err(ProviderError::failed(format!("sending {signal:?}: {err}"))),
+        match self.group {
+            Some(group) => crate::process::signal_group(group, signal),
+            None => Ok(()),
         }
     }
 }

@@ -249,9 +249,7 @@ impl Provider for MockProvider {
             Err(err) if err.kind() == ErrorKind::NotFound => String::new(),
             Err(err) => return Err(err.into()),
         };
-        let all: Vec<&str> = text.lines().collect();
-        let start = all.len().saturating_sub(lines);
-        Ok(all[start..].iter().map(|l| (*l).to_owned()).collect())
+        Ok(crate::process::last_lines(&text, lines))
     }
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
