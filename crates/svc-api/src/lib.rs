@@ -8,6 +8,7 @@ mod observe;
 mod openapi;
 mod router;
 mod routes;
+mod stream;
 
 pub use error::{ApiError, ErrorBody};
 pub use openapi::{openapi_document, OpenApiFormat};

@@ -2,11 +2,10 @@
 //! response is returned, so every event published after a client has its 200 reaches it.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{Event as SseEvent, Sse};
 use futures::Stream;
 use serde::Deserialize;
 use svc_control::{ControlPlane, EventFilter};
@@ -16,8 +15,6 @@ use utoipa_axum::routes;
 
 use crate::extract::ApiQuery;
 use crate::{ApiError, ErrorBody};
-
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// `GET /events` query.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -55,21 +52,8 @@ async fn events(
         .map(str::to_owned)
         .or(query.last_event_id);
     let subscription = plane.events().subscribe(filter, last_event_id.as_deref());
-    let shutdown = plane.shutdown_token().clone();
-    let stream = futures::stream::unfold(subscription, move |mut subscription| {
-        let shutdown = shutdown.clone();
-        async move {
-            // Open streams end on shutdown so graceful shutdown does not wait for them.
-            let event = tokio::select! {
-                event = subscription.next() => event?,
-                () = shutdown.cancelled() => return None,
-            };
-            let json = serde_json::to_string(event.as_ref()).unwrap_or_default();
-            let sse = SseEvent::default().id(event.id.clone()).data(json);
-            Some((Ok(sse), subscription))
-        }
-    });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(" ping")))
+    let stream = crate::stream::sse::event_stream(subscription, plane.shutdown_token().clone());
+    Ok(Sse::new(stream).keep_alive(crate::stream::sse::keep_alive()))
 }
 
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {

@@ -1,17 +1,17 @@
-//! `POST /sandboxes/{id}/exec` (buffered, or NDJSON with `stream: true`) and
+//! `POST /sandboxes/{id}/exec` (buffered, or NDJSON with `stream: true`),
+//! `GET /sandboxes/{id}/exec/ws` (interactive; protocol in `stream::ws`) and
 //! `GET /sandboxes/{id}/logs`.
 
-use axum::body::{Body, Bytes};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use svc_control::{
-    ControlPlane, ExecCommand, ExecForm, ExecOutput, RunningExec, StdStream, Utf8Chunker,
-};
+use svc_control::{ControlPlane, ExecCommand, ExecForm};
 use svc_core::exec::{ExecRequest, ExecResult};
-use svc_core::{Error, GoDuration};
+use svc_core::Error;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -31,128 +31,6 @@ pub(crate) fn exec_command(request: ExecRequest) -> ExecCommand {
         tty: None,
         stdin: false,
     }
-}
-
-/// The message of the final stderr chunk after a deadline.
-pub(crate) fn timeout_message(timeout: Option<std::time::Duration>) -> String {
-    format!(
-        "command timed out after {}\n",
-        GoDuration::new(timeout.unwrap_or_default())
-    )
-}
-
-/// Decodes chunks per stream without splitting characters.
-#[derive(Default)]
-pub(crate) struct TextDecoder {
-    stdout: Utf8Chunker,
-    stderr: Utf8Chunker,
-}
-
-impl TextDecoder {
-    pub(crate) fn decode(&mut self, stream: StdStream, bytes: &[u8]) -> String {
-        match stream {
-            StdStream::Stdout => self.stdout.push(bytes),
-            StdStream::Stderr => self.stderr.push(bytes),
-        }
-    }
-
-    /// Remaining text of each stream at the end.
-    pub(crate) fn finish(&mut self) -> [(StdStream, String); 2] {
-        [
-            (StdStream::Stdout, self.stdout.finish()),
-            (StdStream::Stderr, self.stderr.finish()),
-        ]
-    }
-}
-
-fn stream_name(stream: StdStream) -> &'static str {
-    match stream {
-        StdStream::Stdout => "stdout",
-        StdStream::Stderr => "stderr",
-    }
-}
-
-/// One NDJSON line; fields in wire order.
-#[derive(serde::Serialize)]
-struct NdjsonLine<'a> {
-    stream: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_code: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    duration: Option<String>,
-}
-
-fn ndjson_line(line: &NdjsonLine<'_>) -> Bytes {
-    let mut bytes = serde_json::to_vec(line).unwrap_or_default();
-    bytes.push(b'\n');
-    Bytes::from(bytes)
-}
-
-fn chunk_line(stream: StdStream, text: &str) -> Bytes {
-    ndjson_line(&NdjsonLine {
-        stream: stream_name(stream),
-        data: Some(text),
-        exit_code: None,
-        duration: None,
-    })
-}
-
-/// The NDJSON body: output lines as they arrive, then the exit line. Dropping it (a client
-/// that disconnected) drops the `RunningExec`, which kills the command.
-fn ndjson_body(running: RunningExec) -> Body {
-    struct State {
-        running: RunningExec,
-        decoder: TextDecoder,
-        pending: std::collections::VecDeque<Bytes>,
-        done: bool,
-    }
-    let state = State {
-        running,
-        decoder: TextDecoder::default(),
-        pending: std::collections::VecDeque::new(),
-        done: false,
-    };
-    let stream = futures::stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(line) = state.pending.pop_front() {
-                return Some((Ok::<_, std::io::Error>(line), state));
-            }
-            if state.done {
-                return None;
-            }
-            match state.running.next().await? {
-                ExecOutput::Chunk(chunk) => {
-                    let text = state.decoder.decode(chunk.stream, &chunk.data);
-                    if !text.is_empty() {
-                        return Some((Ok(chunk_line(chunk.stream, &text)), state));
-                    }
-                }
-                ExecOutput::Ended(ending) => {
-                    for (stream, rest) in state.decoder.finish() {
-                        if !rest.is_empty() {
-                            state.pending.push_back(chunk_line(stream, &rest));
-                        }
-                    }
-                    if ending.timed_out {
-                        state.pending.push_back(chunk_line(
-                            StdStream::Stderr,
-                            &timeout_message(ending.timeout),
-                        ));
-                    }
-                    state.pending.push_back(ndjson_line(&NdjsonLine {
-                        stream: "exit",
-                        data: None,
-                        exit_code: Some(ending.exit_code),
-                        duration: Some(GoDuration::new(ending.duration).to_string()),
-                    }));
-                    state.done = true;
-                }
-            }
-        }
-    });
-    Body::from_stream(stream)
 }
 
 /// Runs a command. Without `stream`, waits and returns the result; with `stream: true`,
@@ -188,7 +66,7 @@ async fn exec(
             (header::CONTENT_TYPE, "application/x-ndjson"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        ndjson_body(running),
+        crate::stream::ndjson::exec_body(running),
     )
         .into_response())
 }
@@ -220,9 +98,36 @@ async fn logs(
     Ok(Json(plane.sandbox_logs(&principal, &id, lines).await?))
 }
 
+/// Runs commands interactively.
+#[utoipa::path(get, path = "/sandboxes/{id}/exec/ws", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses(
+        (status = 101, description = "WebSocket upgrade; messages are JSON objects with a `type`"),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox destroyed", body = ErrorBody)))]
+async fn exec_ws(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    // Errors the caller can act on come as HTTP answers, before the upgrade.
+    plane.get_active_sandbox(&principal, &id).await?;
+    let upgrade = upgrade.map_err(|rejection| {
+        svc_core::Error::invalid(
+            "Upgrade",
+            format!(
+                "this route needs a WebSocket upgrade request: {}",
+                rejection.body_text()
+            ),
+        )
+    })?;
+    Ok(upgrade.on_upgrade(move |socket| crate::stream::ws::session(plane, principal, id, socket)))
+}
+
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
         .routes(routes!(exec))
         .routes(routes!(logs))
-        .merge(super::exec_ws::routes())
+        .routes(routes!(exec_ws))
 }

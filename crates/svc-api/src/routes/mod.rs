@@ -3,7 +3,6 @@
 
 pub(crate) mod events;
 pub(crate) mod exec;
-mod exec_ws;
 pub(crate) mod files;
 pub(crate) mod providers;
 pub(crate) mod sandboxes;

@@ -6,10 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
-use axum::response::Response;
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
@@ -19,12 +16,8 @@ use svc_control::{
 };
 use svc_core::GoDuration;
 use tokio::sync::mpsc;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-use super::exec::{timeout_message, TextDecoder};
-use crate::extract::Caller;
-use crate::{ApiError, ErrorBody};
+use super::{timeout_message, TextDecoder};
 
 /// How long a client has to send `start`.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -107,34 +100,12 @@ fn frame_text(message: &Message) -> Result<Option<&str>, String> {
     }
 }
 
-/// Runs commands interactively.
-#[utoipa::path(get, path = "/sandboxes/{id}/exec/ws", tag = "exec",
-    params(("id" = String, Path, description = "Sandbox ID")),
-    responses(
-        (status = 101, description = "WebSocket upgrade; messages are JSON objects with a `type`"),
-        (status = 404, description = "No such sandbox", body = ErrorBody),
-        (status = 409, description = "Sandbox destroyed", body = ErrorBody)))]
-async fn exec_ws(
-    State(plane): State<ControlPlane>,
-    Caller(principal): Caller,
-    Path(id): Path<String>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Result<Response, ApiError> {
-    // Errors the caller can act on come as HTTP answers, before the upgrade.
-    plane.get_active_sandbox(&principal, &id).await?;
-    let upgrade = upgrade.map_err(|rejection| {
-        svc_core::Error::invalid(
-            "Upgrade",
-            format!(
-                "this route needs a WebSocket upgrade request: {}",
-                rejection.body_text()
-            ),
-        )
-    })?;
-    Ok(upgrade.on_upgrade(move |socket| session(plane, principal, id, socket)))
-}
-
-async fn session(plane: ControlPlane, principal: Principal, id: String, socket: WebSocket) {
+pub(crate) async fn session(
+    plane: ControlPlane,
+    principal: Principal,
+    id: String,
+    socket: WebSocket,
+) {
     let (mut sink, mut source) = socket.split();
     let start = match tokio::time::timeout(START_TIMEOUT, source.next()).await {
         Ok(Some(Ok(message))) => match frame_text(&message) {
@@ -289,8 +260,4 @@ async fn write_stdin(control: std::sync::Arc<dyn ExecControl>, mut ops: mpsc::Re
             return;
         }
     }
-}
-
-pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
-    OpenApiRouter::new().routes(routes!(exec_ws))
 }
