@@ -292,16 +292,11 @@ impl ControlPlane {
         if command.command.trim().is_empty() {
             return Err(Error::invalid("command", "must not be empty"));
         }
-        if command
-            .env
-            .keys()
-            .any(|k| k.is_empty() || k.contains(['=', '\0']))
-        {
-            return Err(Error::invalid(
-                "env",
-                "variable names must be non-empty and contain no '=' or NUL",
-            ));
+        let has_nul = |text: &str| text.contains('\0');
+        if has_nul(&command.command) || command.args.iter().flatten().any(|a| has_nul(a)) {
+            return Err(Error::invalid("command", "must not contain NUL characters"));
         }
+        svc_core::sandbox::check_env(&command.env)?;
         let sandbox = self.get_active_sandbox(principal, id).await?;
         let timeout = self.exec_deadline(command.timeout)?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;

@@ -153,6 +153,8 @@ impl ControlPlane {
             .provider
             .or_else(|| template.as_ref().map(|t| t.provider.clone()));
         let provider = self.spawn_provider(provider_name.as_deref()).await?;
+        let env = request.env.unwrap_or_default();
+        svc_core::sandbox::check_env(&env)?;
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
@@ -165,7 +167,7 @@ impl ControlPlane {
             vcpus,
             ttl,
             metadata,
-            env: request.env.unwrap_or_default(),
+            env,
             network: request.network,
             owner,
             tenant,

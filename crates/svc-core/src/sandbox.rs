@@ -163,6 +163,19 @@ pub fn size_or_default(field: &str, value: Option<u32>, default: u32) -> Result<
     }
 }
 
+/// Environment variable names must be non-empty and hold no `=` or NUL; values no NUL.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), crate::Error> {
+    let bad_name = env.keys().any(|k| k.is_empty() || k.contains(['=', '\0']));
+    let bad_value = env.values().any(|v| v.contains('\0'));
+    if bad_name || bad_value {
+        return Err(crate::Error::invalid(
+            "env",
+            "variable names must be non-empty without '=' or NUL, and values without NUL",
+        ));
+    }
+    Ok(())
+}
+
 /// A TTL must be positive: a sandbox that expires as it is created is never what was meant.
 pub fn check_ttl_positive(ttl: GoDuration) -> Result<(), crate::Error> {
     if ttl.is_zero() {
@@ -207,6 +220,16 @@ mod tests {
         assert_eq!(json["worker_id"], "local");
         assert!(json.get("env").is_none());
         assert!(!json.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn env_rules() {
+        let ok = BTreeMap::from([("A".to_owned(), "x=y".to_owned())]);
+        assert!(check_env(&ok).is_ok());
+        for (k, v) in [("", "x"), ("A=B", "x"), ("A", "nul\0")] {
+            let env = BTreeMap::from([(k.to_owned(), v.to_owned())]);
+            assert!(check_env(&env).is_err(), "{k:?}={v:?}");
+        }
     }
 
     #[test]

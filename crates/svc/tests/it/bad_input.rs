@@ -29,6 +29,7 @@ async fn malformed_and_wrongly_typed_bodies() {
         (r#"{"memory_mb": 0}"#, "memory_mb"),
         (r#"{"vcpus": 0}"#, "vcpus"),
         (r#"{"tenant_id": "nope"}"#, "tenant_id"),
+        (r#"{"env": {"": "x"}}"#, "env"),
     ];
     for (body, mention) in cases {
         let reply = server.call_raw(Method::POST, "/sandboxes", *body).await;
