@@ -73,8 +73,14 @@ impl DockerControl {
             .pid
             .and_then(|p| i32::try_from(p).ok())
             .and_then(Pid::from_raw);
+        let visible = match pid {
+            Some(pid) => tokio::fs::try_exists(format!("/proc/{}", pid.as_raw_nonzero()))
+                .await
+                .unwrap_or(false),
+            None => false,
+        };
         match pid {
-            Some(pid) if std::path::Path::new(&format!("/proc/{}", pid.as_raw_nonzero())).exists() => Ok(Some(pid)),
+            Some(pid) if visible => Ok(Some(pid)),
             Some(_) => Err(ProviderError::failed(
                 "signals need svc to run on the Docker host (the exec's process is not visible here)",
             )),
@@ -174,7 +180,10 @@ impl ExecControl for DockerControl {
             return Ok(());
         };
         // Descendants that left the group (setsid) are still found through their parents.
-        let tree = process_tree(pid);
+        // /proc is walked on the blocking pool, not on the async runtime.
+        let tree = tokio::task::spawn_blocking(move || process_tree(pid))
+            .await
+            .unwrap_or_default();
         crate::process::signal_group(pid, Signal::Kill)?;
         for process in tree {
             crate::process::signal_process(process, Signal::Kill)?;
