@@ -353,30 +353,22 @@ async fn exec_bad_input() {
         .await
         .assert_error(400, "bad_request");
     assert!(message.contains("command"), "{message}");
-    server
-        .post(&path, json!({}))
-        .await
-        .assert_error(400, "bad_request");
-    server
-        .post(&path, json!({"command": "true", "timeout": "-1s"}))
-        .await
-        .assert_error(400, "bad_request");
-    server
-        .post(&path, json!({"command": "true", "timeout": "soon"}))
-        .await
-        .assert_error(400, "bad_request");
-    server
-        .post(&path, json!({"command": "true", "args": "x"}))
-        .await
-        .assert_error(400, "bad_request");
-    server
-        .post(&path, json!({"command": "true", "workdir": "relative"}))
-        .await
-        .assert_error(400, "bad_request");
-    server
-        .post(&path, json!({"command": "true", "workdir": "/missing"}))
-        .await
-        .assert_error(400, "bad_request");
+    for body in [
+        json!({}),
+        json!({"command": "true", "timeout": "-1s"}),
+        json!({"command": "true", "timeout": "soon"}),
+        json!({"command": "true", "args": "x"}),
+        json!({"command": "true", "workdir": "relative"}),
+        json!({"command": "true", "workdir": "/missing"}),
+        json!({"command": "echo a\u{0}b"}),
+        json!({"command": "true", "env": {"A=B": "x"}}),
+        json!({"command": "true", "env": {"": "x"}}),
+    ] {
+        server
+            .post(&path, body)
+            .await
+            .assert_error(400, "bad_request");
+    }
     server
         .post(
             "/sandboxes/sb-0123456789abcdef/exec",
