@@ -21,6 +21,9 @@ use svc_provider::{
 
 use crate::{ControlPlane, Principal};
 
+/// How long a command killed at its deadline may take to end before the caller is answered.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
 /// Buffered exec keeps at most this much of each stream; streaming has no limit.
 pub const BUFFERED_OUTPUT_LIMIT: usize = 64 * 1024 * 1024;
 
@@ -137,7 +140,13 @@ impl RunningExec {
                     return Some(self.finish(&status));
                 }
             }
-            let deadline = self.deadline.filter(|_| !self.timed_out);
+            // Before the deadline: wait for it. After it: wait a grace period for the killed
+            // command to end, then answer anyway rather than hang on a kill that failed.
+            let deadline = if self.timed_out {
+                self.deadline.map(|d| d + KILL_GRACE)
+            } else {
+                self.deadline
+            };
             let output = &mut self.output;
             let exit = &mut self.exit;
             let has_output = output.is_some();
@@ -157,6 +166,14 @@ impl RunningExec {
                 Step::Exit(status) => {
                     self.exit = None;
                     self.status = status;
+                }
+                Step::Deadline if self.timed_out => {
+                    tracing::warn!(sandbox_id = %self.sandbox_id, "a timed-out command did not end after its kill; answering without it");
+                    self.output = None;
+                    self.exit = None;
+                    self.status = Some(Ok(ExitStatus {
+                        code: TIMEOUT_EXIT_CODE,
+                    }));
                 }
                 Step::Deadline => {
                     self.timed_out = true;
@@ -408,5 +425,84 @@ impl ControlPlane {
             ));
         }
         Ok(Arc::clone(provider))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use bytes::Bytes;
+    use svc_core::config::Config;
+    use svc_core::SystemClock;
+    use svc_provider::{Signal, TtySize};
+
+    /// A command whose kill fails and which never ends by itself.
+    struct Unkillable;
+
+    #[async_trait]
+    impl ExecControl for Unkillable {
+        async fn write_stdin(&self, _: Bytes) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn close_stdin(&self) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn resize(&self, _: TtySize) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn signal(&self, _: Signal) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn kill(&self) -> Result<(), ProviderError> {
+            Err(ProviderError::failed("cannot reach the process"))
+        }
+    }
+
+    async fn plane() -> ControlPlane {
+        let clock: Arc<dyn svc_core::Clock> = Arc::new(SystemClock);
+        let store = svc_store::sqlite::SqliteStore::open(":memory:")
+            .await
+            .unwrap();
+        ControlPlane::new(crate::ControlPlaneParts {
+            config: Arc::new(Config::default()),
+            store: Arc::new(store),
+            providers: Arc::new(crate::ProviderRegistry::new(
+                Vec::new(),
+                String::new(),
+                Arc::clone(&clock),
+            )),
+            clock,
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_kill_still_answers_after_the_grace_period() {
+        let timeout = Duration::from_millis(50);
+        let mut running = RunningExec {
+            plane: plane().await,
+            sandbox_id: "sb-0000000000000000".into(),
+            provider: "test".into(),
+            form: ExecForm::Buffered,
+            output: Some(Box::pin(futures::stream::pending())),
+            exit: Some(Box::pin(futures::future::pending())),
+            status: None,
+            control: Arc::new(Unkillable),
+            started: Instant::now(),
+            timeout: Some(timeout),
+            deadline: Some(tokio::time::Instant::now() + timeout),
+            timed_out: false,
+            ended: false,
+        };
+        let begun = tokio::time::Instant::now();
+        match running.next().await {
+            Some(ExecOutput::Ended(ending)) => {
+                assert!(ending.timed_out);
+                assert_eq!(ending.exit_code, TIMEOUT_EXIT_CODE);
+            }
+            other => panic!("expected the ending, got {other:?}"),
+        }
+        assert!(begun.elapsed() >= timeout + KILL_GRACE);
+        assert!(running.next().await.is_none());
     }
 }
