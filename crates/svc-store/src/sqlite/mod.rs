@@ -54,12 +54,22 @@ impl SqliteStore {
     }
 }
 
-fn sandbox_state_clause(filter: &SandboxFilter) -> (&'static str, Option<&'static str>) {
-    match filter.state {
-        StateFilter::Active => ("state != 'destroyed'", None),
-        StateFilter::Only(state) => ("state = ?", Some(state.as_str())),
-        StateFilter::All => ("1 = 1", None),
-    }
+/// One statement for every filter combination, so it is prepared once and cached.
+const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
+     AND (:active_only = 0 OR state != 'destroyed') \
+     AND (:owner IS NULL OR owner_id = :owner) \
+     AND (:provider IS NULL OR provider = :provider) \
+     AND (:tenant IS NULL OR tenant_id = :tenant) \
+     ORDER BY created_at DESC, id DESC";
+
+/// Decodes every row of a query into its domain value.
+fn collect<R, T>(
+    operation: &'static str,
+    rows: impl Iterator<Item = rusqlite::Result<R>>,
+    into_domain: impl Fn(R) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    rows.map(|row| into_domain(row.map_err(codec::backend(operation))?))
+        .collect()
 }
 
 #[async_trait]
@@ -114,39 +124,29 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.connections
             .read("list_sandboxes", move |conn| {
-                let (state_clause, state_param) = sandbox_state_clause(&filter);
-                let sql = format!(
-                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE {state_clause} \
-                     AND (?{n1} IS NULL OR owner_id = ?{n1}) \
-                     AND (?{n2} IS NULL OR provider = ?{n2}) \
-                     AND (?{n3} IS NULL OR tenant_id = ?{n3}) \
-                     ORDER BY created_at DESC, id DESC",
-                    n1 = if state_param.is_some() { 2 } else { 1 },
-                    n2 = if state_param.is_some() { 3 } else { 2 },
-                    n3 = if state_param.is_some() { 4 } else { 3 },
-                );
+                let (state, active_only) = match filter.state {
+                    StateFilter::Active => (None, true),
+                    StateFilter::Only(state) => (Some(state.as_str()), false),
+                    StateFilter::All => (None, false),
+                };
                 let mut stmt = conn
-                    .prepare_cached(&sql)
+                    .prepare_cached(&format!(
+                        "SELECT {SANDBOX_COLUMNS} FROM sandboxes {LIST_SANDBOXES}"
+                    ))
                     .map_err(codec::backend("list_sandboxes"))?;
-                let mut values: Vec<Option<String>> = Vec::with_capacity(4);
-                if let Some(state) = state_param {
-                    values.push(Some(state.to_owned()));
-                }
-                values.extend([filter.owner_id, filter.provider, filter.tenant_id]);
                 let rows = stmt
                     .query_map(
-                        rusqlite::params_from_iter(values.iter()),
+                        rusqlite::named_params! {
+                            ":state": state,
+                            ":active_only": active_only,
+                            ":owner": filter.owner_id,
+                            ":provider": filter.provider,
+                            ":tenant": filter.tenant_id,
+                        },
                         codec::SandboxRow::read,
                     )
                     .map_err(codec::backend("list_sandboxes"))?;
-                let mut sandboxes = Vec::new();
-                for row in rows {
-                    sandboxes.push(
-                        row.map_err(codec::backend("list_sandboxes"))?
-                            .into_domain()?,
-                    );
-                }
-                Ok(sandboxes)
+                collect("list_sandboxes", rows, codec::SandboxRow::into_domain)
             })
             .await
     }
@@ -243,14 +243,11 @@ impl Store for SqliteStore {
                 let rows = stmt
                     .query_map([micros(now)], codec::SandboxRow::read)
                     .map_err(codec::backend("list_expired_sandboxes"))?;
-                let mut sandboxes = Vec::new();
-                for row in rows {
-                    sandboxes.push(
-                        row.map_err(codec::backend("list_expired_sandboxes"))?
-                            .into_domain()?,
-                    );
-                }
-                Ok(sandboxes)
+                collect(
+                    "list_expired_sandboxes",
+                    rows,
+                    codec::SandboxRow::into_domain,
+                )
             })
             .await
     }
@@ -311,14 +308,7 @@ impl Store for SqliteStore {
                 let rows = stmt
                     .query_map([], codec::TemplateRow::read)
                     .map_err(codec::backend("list_templates"))?;
-                let mut templates = Vec::new();
-                for row in rows {
-                    templates.push(
-                        row.map_err(codec::backend("list_templates"))?
-                            .into_domain()?,
-                    );
-                }
-                Ok(templates)
+                collect("list_templates", rows, codec::TemplateRow::into_domain)
             })
             .await
     }
