@@ -15,7 +15,7 @@ use svc_core::sandbox::{
     SpawnRequest,
 };
 use svc_core::template::{Template, TemplateSpawnRequest};
-use svc_core::{Error, OwnerId, SandboxId};
+use svc_core::{Capability, Error, OwnerId, SandboxId};
 use svc_provider::{
     Provider, SpawnSpec, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER,
 };
@@ -377,13 +377,8 @@ impl ControlPlane {
         if !sandbox.is_active() {
             return Ok(());
         }
-        let provider =
-            self.providers()
-                .get(&sandbox.provider)
-                .ok_or_else(|| Error::ProviderUnavailable {
-                    provider: sandbox.provider.clone(),
-                    message: "provider is not enabled on this server".to_owned(),
-                })?;
+        // Whatever can spawn can destroy.
+        let provider = self.capable_provider(&sandbox.provider, Capability::Spawn)?;
         if let Err(err) = provider.destroy(&sandbox.id).await {
             return Err(self.provider_failure(
                 sandbox.id.as_str(),
