@@ -26,8 +26,6 @@ pub struct ProviderHealth {
     pub last_checked: Timestamp,
     /// Why it failed.
     pub error: Option<String>,
-    /// Runtimes found, for providers with `runtime_inventory`.
-    pub runtime_count: Option<u64>,
     checked_at: Instant,
 }
 
@@ -122,21 +120,11 @@ impl ProviderRegistry {
             )),
         };
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let runtime_count = if result.is_ok()
-            && provider
-                .capabilities()
-                .contains(&Capability::RuntimeInventory)
-        {
-            provider.inventory().await.ok().map(|r| r.len() as u64)
-        } else {
-            None
-        };
         let health = ProviderHealth {
             healthy: result.is_ok(),
             latency_ms,
             last_checked: self.clock.now(),
             error: result.err(),
-            runtime_count,
             checked_at: Instant::now(),
         };
         if !health.healthy {
@@ -170,7 +158,25 @@ impl ProviderRegistry {
         }
     }
 
-    fn summary(&self, provider: &Arc<dyn Provider>, health: ProviderHealth) -> ProviderSummary {
+    /// How many runtimes a healthy provider with `runtime_inventory` reports. Only listings
+    /// ask for it: health checks (`/ready`, spawns) stay cheap.
+    async fn runtime_count(provider: &Arc<dyn Provider>, health: &ProviderHealth) -> Option<u64> {
+        if !health.healthy
+            || !provider
+                .capabilities()
+                .contains(&Capability::RuntimeInventory)
+        {
+            return None;
+        }
+        provider.inventory().await.ok().map(|r| r.len() as u64)
+    }
+
+    fn summary(
+        &self,
+        provider: &Arc<dyn Provider>,
+        health: ProviderHealth,
+        runtime_count: Option<u64>,
+    ) -> ProviderSummary {
         ProviderSummary {
             name: provider.name().to_owned(),
             healthy: health.healthy,
@@ -179,25 +185,32 @@ impl ProviderRegistry {
             last_checked: health.last_checked,
             error: health.error,
             capabilities: provider.capabilities().to_vec(),
-            runtime_count: health.runtime_count,
+            runtime_count,
         }
     }
 
     /// Summaries of every provider, checking concurrently those whose cache is older than
-    /// `max_age` (`Duration::ZERO` forces a check).
-    pub async fn summaries(&self, max_age: Duration) -> Vec<ProviderSummary> {
+    /// `max_age` (`Duration::ZERO` forces a check). With `runtime_counts`, each also carries
+    /// its `runtime_count` (an inventory call per provider).
+    pub async fn summaries(&self, max_age: Duration, runtime_counts: bool) -> Vec<ProviderSummary> {
         let checks = self.providers.iter().map(|provider| async move {
             let health = self.health_of(provider, max_age).await;
-            self.summary(provider, health)
+            let count = if runtime_counts {
+                Self::runtime_count(provider, &health).await
+            } else {
+                None
+            };
+            self.summary(provider, health, count)
         });
         futures::future::join_all(checks).await
     }
 
-    /// The summary of one provider.
+    /// The summary of one provider, with its runtime count.
     pub async fn summary_of(&self, name: &str, max_age: Duration) -> Option<ProviderSummary> {
         let provider = self.get(name)?;
         let health = self.health_of(provider, max_age).await;
-        Some(self.summary(provider, health))
+        let count = Self::runtime_count(provider, &health).await;
+        Some(self.summary(provider, health, count))
     }
 }
 
@@ -225,7 +238,7 @@ impl crate::ControlPlane {
     /// `POST /providers/test`: checks every provider now; name to healthy.
     pub async fn test_providers(&self) -> std::collections::BTreeMap<String, bool> {
         self.providers()
-            .summaries(Duration::ZERO)
+            .summaries(Duration::ZERO, false)
             .await
             .into_iter()
             .map(|summary| (summary.name, summary.healthy))

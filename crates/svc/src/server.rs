@@ -58,7 +58,10 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     let addr = listener
         .local_addr()
         .context("reading the listening address")?;
-    let providers = plane.providers().summaries(std::time::Duration::ZERO).await;
+    let providers = plane
+        .providers()
+        .summaries(std::time::Duration::ZERO, false)
+        .await;
     let provider_list: Vec<String> = providers
         .iter()
         .map(|p| {

@@ -27,7 +27,7 @@ struct PoolStatus {
 #[utoipa::path(get, path = "/providers", tag = "providers",
     responses((status = 200, description = "Provider summaries", body = Vec<ProviderSummary>)))]
 async fn list(State(plane): State<ControlPlane>) -> Json<Vec<ProviderSummary>> {
-    Json(plane.providers().summaries(LIST_HEALTH_MAX_AGE).await)
+    Json(plane.providers().summaries(LIST_HEALTH_MAX_AGE, true).await)
 }
 
 /// One provider in detail.

@@ -76,7 +76,10 @@ async fn live(State(plane): State<ControlPlane>) -> Json<HealthBody> {
         (status = 200, description = "At least one provider is healthy", body = ReadyBody),
         (status = 503, description = "No configured provider is healthy", body = ReadyBody)))]
 async fn ready(State(plane): State<ControlPlane>) -> impl IntoResponse {
-    let providers = plane.providers().summaries(Duration::from_secs(1)).await;
+    let providers = plane
+        .providers()
+        .summaries(Duration::from_secs(1), false)
+        .await;
     let ready_providers = providers.iter().filter(|p| p.healthy).count();
     let is_ready = ready_providers > 0;
     let body = ReadyBody {
