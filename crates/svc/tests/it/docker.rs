@@ -164,8 +164,16 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits() {
         .clone();
     assert!(docker_summary["runtime_count"].as_u64().unwrap() >= 1);
 
-    let logs = server.get(&format!("/sandboxes/{id}/logs?lines=10")).await;
+    // What the container's main process writes is its log.
+    server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "for i in 1 2 3; do echo line$i > /proc/1/fd/1; done"}),
+        )
+        .await;
+    let logs = server.get(&format!("/sandboxes/{id}/logs?lines=2")).await;
     assert_eq!(logs.status, 200);
+    assert_eq!(logs.body, json!(["line2", "line3"]));
 
     assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
     let gone = docker.inspect_container(&container(&id), None).await;

@@ -129,6 +129,15 @@ async fn openapi_document_describes_every_route() {
         ("/api/v1/snapshots", &["get"]),
         ("/api/v1/pool/status", &["get"]),
         ("/api/v1/events", &["get"]),
+        ("/api/v1/sandboxes/{id}/exec", &["post"]),
+        ("/api/v1/sandboxes/{id}/exec/ws", &["get"]),
+        ("/api/v1/sandboxes/{id}/logs", &["get"]),
+        ("/api/v1/sandboxes/{id}/files", &["get", "post", "delete"]),
+        ("/api/v1/sandboxes/{id}/files/list", &["get"]),
+        ("/api/v1/sandboxes/{id}/files/move", &["post"]),
+        ("/api/v1/sandboxes/{id}/files/chmod", &["post"]),
+        ("/api/v1/sandboxes/{id}/files/stat", &["get"]),
+        ("/api/v1/sandboxes/{id}/files/glob", &["get"]),
     ];
     for (path, methods) in expected {
         let item = paths
@@ -171,6 +180,9 @@ async fn openapi_document_describes_every_route() {
         .as_object()
         .expect("schemas");
     for schema in [
+        "ExecRequest",
+        "ExecResult",
+        "FileInfo",
         "Sandbox",
         "SpawnRequest",
         "Template",
