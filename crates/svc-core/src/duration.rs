@@ -91,11 +91,6 @@ impl GoDuration {
         self.0.subsec_nanos() == 0
     }
 
-    /// Whole milliseconds, saturating.
-    pub fn as_millis_u64(self) -> u64 {
-        u64::try_from(self.0.as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Parses Go duration syntax.
     pub fn parse(input: &str) -> Result<Self, DurationError> {
         let mut rest = input;

@@ -9,4 +9,4 @@ mod server;
 mod wiring;
 
 pub use logging::init_test_logging;
-pub use server::{serve_with_listener, start, RunningServer, ShutdownReport};
+pub use server::{serve_with_listener, start, start_with_clock, RunningServer, ShutdownReport};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use svc_control::ControlPlane;
 use svc_core::config::Config;
+use svc_core::{Clock, SystemClock};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -46,9 +47,19 @@ impl RunningServer {
 
 /// Opens the store, builds the control plane and starts serving on `listener`.
 pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<RunningServer> {
+    start_with_clock(config, listener, Arc::new(SystemClock)).await
+}
+
+/// [`start`] with the time source injected: tests of TTLs move a manual clock instead of
+/// sleeping.
+pub async fn start_with_clock(
+    config: Config,
+    listener: TcpListener,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<RunningServer> {
     let config = Arc::new(config);
     let store = wiring::open_store(&config).await?;
-    let plane = match wiring::control_plane(Arc::clone(&config), Arc::clone(&store)).await {
+    let plane = match wiring::control_plane(Arc::clone(&config), Arc::clone(&store), clock).await {
         Ok(plane) => plane,
         Err(err) => {
             store.close().await;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use svc_control::{ControlPlane, ControlPlaneParts, ProviderRegistry};
 use svc_core::config::{Config, DatabaseDriver};
-use svc_core::{Clock, SystemClock};
+use svc_core::Clock;
 use svc_provider::docker::DockerProvider;
 use svc_provider::mock::MockProvider;
 use svc_provider::Provider;
@@ -93,8 +93,8 @@ pub(crate) async fn providers(
 pub(crate) async fn control_plane(
     config: Arc<Config>,
     store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ControlPlane> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let providers = Arc::new(providers(&config, Arc::clone(&clock)).await?);
     Ok(ControlPlane::new(ControlPlaneParts {
         config,

@@ -14,6 +14,8 @@ use svc_core::config::Config;
 /// A running server and what it needs.
 pub struct TestServer {
     pub base: String,
+    /// The server's clock; TTL tests move it instead of sleeping.
+    pub clock: Arc<svc_core::ManualClock>,
     pub client: reqwest::Client,
     server: Option<RunningServer>,
     pub dir: Arc<tempfile::TempDir>,
@@ -74,21 +76,27 @@ impl TestServer {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let mut config = test_config(dir.path());
         adjust(&mut config);
-        Self::start_in(dir, config).await
+        let clock = Arc::new(svc_core::ManualClock::new(chrono::Utc::now()));
+        Self::start_in(dir, config, clock).await
     }
 
-    async fn start_in(dir: Arc<tempfile::TempDir>, config: Config) -> Self {
+    async fn start_in(
+        dir: Arc<tempfile::TempDir>,
+        config: Config,
+        clock: Arc<svc_core::ManualClock>,
+    ) -> Self {
         LOGS.call_once(|| {
             let _ = tracing_subscriber_init();
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind ephemeral port");
-        let server = svc::start(config.clone(), listener)
+        let server = svc::start_with_clock(config.clone(), listener, clock.clone())
             .await
             .expect("server starts");
         TestServer {
             base: format!("http://{}", server.addr),
+            clock,
             client: reqwest::Client::new(),
             server: Some(server),
             dir,
@@ -106,7 +114,12 @@ impl TestServer {
             .await
             .expect("clean shutdown");
         assert!(report.drained);
-        Self::start_in(Arc::clone(&self.dir), self.config.clone()).await
+        Self::start_in(
+            Arc::clone(&self.dir),
+            self.config.clone(),
+            Arc::clone(&self.clock),
+        )
+        .await
     }
 
     /// Shuts down gracefully.

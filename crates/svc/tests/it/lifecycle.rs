@@ -189,11 +189,9 @@ async fn extend_moves_expiry_within_max_ttl() {
         .await;
     assert_eq!(extended.status, 200, "{}", extended.body);
     let new_expiry = ts(&extended.body["expires_at"]);
+    // The test clock stands still: the new expiry is exactly now + 45m.
     let lifetime = new_expiry - ts(&sandbox["created_at"]);
-    assert!(
-        (45 * 60..45 * 60 + 5).contains(&lifetime.num_seconds()),
-        "{lifetime}"
-    );
+    assert_eq!(lifetime.num_seconds(), 45 * 60);
     assert_eq!(
         server.get(&format!("/sandboxes/{id}")).await.body["expires_at"],
         extended.body["expires_at"]
@@ -242,7 +240,7 @@ async fn prune_destroys_only_expired_sandboxes() {
     let long = server.spawn(json!({"ttl": "1h"})).await;
     let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
     assert_eq!(pruned.body, json!({"pruned": 0}));
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    server.clock.advance(Duration::from_secs(2));
     let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
     assert_eq!(pruned.status, 200);
     assert_eq!(pruned.body, json!({"pruned": 1}));
@@ -264,12 +262,15 @@ async fn prune_destroys_only_expired_sandboxes() {
 async fn reaper_destroys_expired_and_forgets_old_records() {
     let server = TestServer::start_with(|c| {
         c.defaults.reap_interval = GoDuration::from_millis(100);
-        c.defaults.destroyed_retention = GoDuration::from_secs(1);
+        c.defaults.destroyed_retention = GoDuration::from_secs(3600);
     })
     .await;
     let mut events = server.events("?types=sandbox.destroyed", None).await;
-    let sandbox = server.spawn(json!({"ttl": "1s"})).await;
+    let sandbox = server.spawn(json!({"ttl": "10m"})).await;
     let id = sandbox["id"].as_str().unwrap().to_owned();
+    // Nothing expires while the clock stands still.
+    assert!(events.next(Duration::from_millis(400)).await.is_none());
+    server.clock.advance(Duration::from_secs(601));
     let destroyed = events
         .until("sandbox.destroyed", Duration::from_secs(10))
         .await;
@@ -278,6 +279,12 @@ async fn reaper_destroys_expired_and_forgets_old_records() {
     assert_eq!(event.data["data"]["reason"], "expired");
     assert!(!server.mock_root().join(&id).exists());
     let path = format!("/sandboxes/{id}");
+    assert_eq!(
+        server.get(&path).await.body["state"],
+        "destroyed",
+        "kept for the retention"
+    );
+    server.clock.advance(Duration::from_secs(3601));
     wait_for(
         "the destroyed record to be forgotten",
         Duration::from_secs(10),
