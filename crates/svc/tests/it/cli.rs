@@ -118,13 +118,15 @@ fn serve_runs_and_stops_on_sigterm() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // The socket accepts connections as soon as it is bound, before the store is open; a
+    // health answer means the server is up.
     loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if health_answers(port) {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "svc serve did not start listening"
+            "svc serve did not start answering"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -145,4 +147,20 @@ fn serve_runs_and_stops_on_sigterm() {
         "{stderr}"
     );
     assert!(stderr.contains("svc stopped"), "{stderr}");
+}
+
+/// Whether `GET /api/v1/health` on `port` answers 200, over a plain blocking socket.
+fn health_answers(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    let request = "GET /api/v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.1 200")
 }
