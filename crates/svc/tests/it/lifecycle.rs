@@ -94,7 +94,10 @@ async fn list_filters_by_state_owner_and_provider_newest_first() {
         alice.body["owner_id"], "alice",
         "X-User-ID wins over owner_id and is trimmed"
     );
+    // The test clock stands still; move it so creation times differ.
+    server.clock.advance(Duration::from_secs(1));
     let bob = server.spawn(json!({"owner_id": "bob"})).await;
+    server.clock.advance(Duration::from_secs(1));
     let gone = server.spawn(json!({"owner_id": "bob"})).await;
     let gone_id = gone["id"].as_str().unwrap();
     assert_eq!(
