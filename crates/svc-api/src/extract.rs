@@ -7,7 +7,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use svc_control::{ControlPlane, Principal};
-use svc_core::{Error, OwnerId};
+use svc_core::Error;
 
 use crate::ApiError;
 
@@ -69,12 +69,8 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// The authenticated caller. Until authentication lands, every caller is the anonymous admin
-/// (decisions §5); `X-User-ID` selects the owner and is validated here.
+/// The authenticated caller, as the authentication middleware (`auth.rs`) left it.
 pub(crate) struct Caller(pub Principal);
-
-/// The owner header.
-pub(crate) const USER_ID_HEADER: &str = "x-user-id";
 
 impl FromRequestParts<ControlPlane> for Caller {
     type Rejection = ApiError;
@@ -83,17 +79,17 @@ impl FromRequestParts<ControlPlane> for Caller {
         parts: &mut Parts,
         _state: &ControlPlane,
     ) -> Result<Self, Self::Rejection> {
-        let owner = match parts.headers.get(USER_ID_HEADER) {
-            None => None,
-            Some(value) => {
-                let text = std::str::from_utf8(value.as_bytes())
-                    .map_err(|_| Error::invalid("X-User-ID", "header must be UTF-8"))?;
-                Some(
-                    OwnerId::parse(text)
-                        .map_err(|e| Error::invalid("X-User-ID", format!("header invalid: {e}")))?,
-                )
-            }
-        };
-        Ok(Caller(Principal::anonymous(owner)))
+        // A route outside the middleware is a wiring bug: refuse rather than guess a caller.
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .map(Caller)
+            .ok_or_else(|| {
+                ApiError(Error::internal(
+                    "identifying the caller",
+                    std::io::Error::other("the request did not pass authentication"),
+                ))
+            })
     }
 }

@@ -2,6 +2,7 @@
 //! error-to-status mapping, streaming responses and the OpenAPI document. Handlers parse, call
 //! one control-plane method with the caller's principal, and render; nothing else.
 
+mod auth;
 mod error;
 mod extract;
 mod observe;

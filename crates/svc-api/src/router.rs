@@ -59,7 +59,13 @@ pub fn router(plane: ControlPlane) -> Router {
     let yaml = Bytes::from(render(&document, OpenApiFormat::Yaml));
     let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);
     let cors = cors(&plane.config().server.cors_allowed_origins);
-    api.route(
+    // Every API route authenticates (probes excepted, see auth.rs); the interface description
+    // is public.
+    api.route_layer(axum::middleware::from_fn_with_state(
+        plane.clone(),
+        crate::auth::authenticate,
+    ))
+    .route(
         "/api/v1/openapi.json",
         get(move || async move { ([(header::CONTENT_TYPE, "application/json")], json) }),
     )

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use serde_json::{json, Map, Value};
+use svc_core::access::Action;
 use svc_core::error::LimitReason;
-use svc_core::event::EventType;
-use svc_core::exec::{ExecResult, TIMEOUT_EXIT_CODE};
-use svc_core::{Capability, Error, GoDuration};
+use svc_core::event::{EventPayload, ExecEventData, ExecOperation};
+use svc_core::exec::{ExecResult, TIMEOUT_EXIT_CODE, UNKNOWN_EXIT_CODE};
+use svc_core::path::SandboxPath;
+use svc_core::{Capability, Error, GoDuration, SandboxId};
 use svc_provider::{
     ExecChunk, ExecControl, ExecSpec, ExitStatus, OutputStream, Provider, ProviderError, StdStream,
     TtySize,
@@ -39,11 +40,11 @@ pub enum ExecForm {
 }
 
 impl ExecForm {
-    fn operation(self) -> &'static str {
+    fn operation(self) -> ExecOperation {
         match self {
-            ExecForm::Buffered => "exec",
-            ExecForm::Stream => "exec_stream",
-            ExecForm::Interactive => "exec_interactive",
+            ExecForm::Buffered => ExecOperation::Exec,
+            ExecForm::Stream => ExecOperation::ExecStream,
+            ExecForm::Interactive => ExecOperation::ExecInteractive,
         }
     }
 }
@@ -70,7 +71,7 @@ pub struct ExecCommand {
 /// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecEnding {
-    /// Exit code (124 on timeout).
+    /// Exit code (124 on timeout; [`UNKNOWN_EXIT_CODE`] when the provider lost the status).
     pub exit_code: i32,
     /// True when the deadline killed it.
     pub timed_out: bool,
@@ -92,7 +93,7 @@ pub enum ExecOutput {
 /// A command that is running.
 pub struct RunningExec {
     plane: ControlPlane,
-    sandbox_id: String,
+    sandbox_id: SandboxId,
     provider: String,
     form: ExecForm,
     output: Option<OutputStream>,
@@ -106,11 +107,15 @@ pub struct RunningExec {
     ended: bool,
 }
 
-fn event_data(form: ExecForm, provider: &str) -> Map<String, Value> {
-    let mut data = Map::new();
-    data.insert("operation".into(), json!(form.operation()));
-    data.insert("provider".into(), json!(provider));
-    data
+fn event_data(form: ExecForm, provider: &str) -> ExecEventData {
+    ExecEventData {
+        operation: form.operation(),
+        provider: provider.to_owned(),
+        exit_code: None,
+        duration: None,
+        error: None,
+        cancelled: false,
+    }
 }
 
 impl RunningExec {
@@ -119,14 +124,11 @@ impl RunningExec {
         &self.control
     }
 
-    fn publish(&self, event_type: EventType, extra: &[(&str, Value)]) {
-        let mut data = event_data(self.form, &self.provider);
-        for (key, value) in extra {
-            data.insert((*key).to_owned(), value.clone());
-        }
+    fn publish(&self, payload: impl FnOnce(ExecEventData) -> EventPayload) {
+        let data = event_data(self.form, &self.provider);
         self.plane
             .events()
-            .publish(event_type, &self.sandbox_id, Some(data));
+            .publish(Some(&self.sandbox_id), payload(data));
     }
 
     /// The next output chunk, or the ending (once); `None` after the ending.
@@ -191,24 +193,31 @@ impl RunningExec {
         let exit_code = match (status, self.timed_out) {
             (_, true) => TIMEOUT_EXIT_CODE,
             (Ok(status), false) => status.code,
-            (Err(_), false) => -1,
+            (Err(_), false) => UNKNOWN_EXIT_CODE,
         };
         if self.timed_out {
             let timeout = GoDuration::new(self.timeout.unwrap_or_default());
-            self.publish(
-                EventType::ExecTimeout,
-                &[("error", json!(format!("command timed out after {timeout}")))],
-            );
+            self.publish(|data| {
+                EventPayload::ExecTimeout(ExecEventData {
+                    error: Some(format!("command timed out after {timeout}")),
+                    ..data
+                })
+            });
         } else if let Err(err) = status {
-            self.publish(EventType::ExecFailed, &[("error", json!(err.to_string()))]);
+            self.publish(|data| {
+                EventPayload::ExecFailed(ExecEventData {
+                    error: Some(err.to_string()),
+                    ..data
+                })
+            });
         } else {
-            self.publish(
-                EventType::ExecCompleted,
-                &[
-                    ("exit_code", json!(exit_code)),
-                    ("duration", json!(GoDuration::new(duration).to_string())),
-                ],
-            );
+            self.publish(|data| {
+                EventPayload::ExecCompleted(ExecEventData {
+                    exit_code: Some(exit_code),
+                    duration: Some(GoDuration::new(duration).to_string()),
+                    ..data
+                })
+            });
         }
         ExecOutput::Ended(ExecEnding {
             exit_code,
@@ -242,27 +251,27 @@ impl Drop for RunningExec {
         let control = Arc::clone(&self.control);
         let exit = self.exit.take();
         let plane = self.plane.clone();
-        let sandbox_id = std::mem::take(&mut self.sandbox_id);
-        let mut data = event_data(self.form, &self.provider);
+        let sandbox_id = self.sandbox_id.clone();
+        let data = event_data(self.form, &self.provider);
         let started = self.started;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
             let _ = control.kill().await;
-            let code = match exit {
-                Some(exit) => exit.await.map(|s| s.code).unwrap_or(-1),
-                None => -1,
+            let exit_code = match exit {
+                Some(exit) => exit.await.ok().map(|s| s.code),
+                None => None,
             };
-            data.insert("exit_code".into(), json!(code));
-            data.insert(
-                "duration".into(),
-                json!(GoDuration::new(started.elapsed()).to_string()),
-            );
-            data.insert("cancelled".into(), json!(true));
+            let data = ExecEventData {
+                exit_code,
+                duration: Some(GoDuration::new(started.elapsed()).to_string()),
+                cancelled: true,
+                ..data
+            };
             plane
                 .events()
-                .publish(EventType::ExecCompleted, &sandbox_id, Some(data));
+                .publish(Some(&sandbox_id), EventPayload::ExecCompleted(data));
         });
     }
 }
@@ -306,6 +315,7 @@ impl ControlPlane {
         command: ExecCommand,
         form: ExecForm,
     ) -> Result<RunningExec, Error> {
+        self.authorize(principal, Action::Exec)?;
         if command.command.trim().is_empty() {
             return Err(Error::invalid("command", "must not be empty"));
         }
@@ -314,7 +324,12 @@ impl ControlPlane {
             return Err(Error::invalid("command", "must not contain NUL characters"));
         }
         svc_core::sandbox::check_env(&command.env)?;
-        let sandbox = self.get_active_sandbox(principal, id).await?;
+        let workdir = command
+            .workdir
+            .as_deref()
+            .map(|w| SandboxPath::parse(w).map_err(|e| Error::invalid("workdir", e.to_string())))
+            .transpose()?;
+        let sandbox = self.running_sandbox(principal, id).await?;
         let timeout = self.exec_deadline(command.timeout)?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
         let argv = match command.args {
@@ -326,31 +341,30 @@ impl ControlPlane {
         let spec = ExecSpec {
             argv,
             env,
-            workdir: command.workdir,
+            workdir,
             tty: command.tty,
             stdin: command.stdin,
         };
         let data = event_data(form, provider.name());
-        self.events().publish(
-            EventType::ExecStarted,
-            sandbox.id.as_str(),
-            Some(data.clone()),
-        );
+        self.events()
+            .publish(Some(&sandbox.id), EventPayload::ExecStarted(data.clone()));
         let session = match provider.exec(&sandbox.id, spec).await {
             Ok(session) => session,
             Err(err) => {
-                let err = self.provider_failure(sandbox.id.as_str(), provider.name(), "exec", err);
-                let mut data = data;
-                data.insert("error".into(), json!(err.public_message()));
+                let err = self.provider_failure(Some(&sandbox.id), provider.name(), "exec", err);
+                let data = ExecEventData {
+                    error: Some(err.public_message()),
+                    ..data
+                };
                 self.events()
-                    .publish(EventType::ExecFailed, sandbox.id.as_str(), Some(data));
+                    .publish(Some(&sandbox.id), EventPayload::ExecFailed(data));
                 return Err(err);
             }
         };
         let started = Instant::now();
         Ok(RunningExec {
             plane: self.clone(),
-            sandbox_id: sandbox.id.to_string(),
+            sandbox_id: sandbox.id.clone(),
             provider: provider.name().to_owned(),
             form,
             output: Some(session.output),
@@ -419,10 +433,10 @@ impl ControlPlane {
                 message: "provider is not enabled on this server".to_owned(),
             })?;
         if !provider.capabilities().contains(&capability) {
-            return Err(Error::invalid(
-                "provider",
-                format!("provider {name} does not support {}", capability.as_str()),
-            ));
+            return Err(Error::Unsupported {
+                provider: name.to_owned(),
+                operation: capability.as_str().to_owned(),
+            });
         }
         Ok(Arc::clone(provider))
     }
@@ -473,6 +487,7 @@ mod tests {
                 Arc::clone(&clock),
             )),
             clock,
+            authenticator: crate::Authenticator::Open,
         })
     }
 
@@ -481,7 +496,7 @@ mod tests {
         let timeout = Duration::from_millis(50);
         let mut running = RunningExec {
             plane: plane().await,
-            sandbox_id: "sb-0000000000000000".into(),
+            sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
             provider: "test".into(),
             form: ExecForm::Buffered,
             output: Some(Box::pin(futures::stream::pending())),

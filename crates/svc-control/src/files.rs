@@ -1,10 +1,11 @@
-//! The file API above the provider: path validation, capability checks, `file.*` events.
+//! The file API above the provider: the one place where sandbox paths and glob patterns are
+//! parsed and checked (providers receive them validated), capability checks, `file.*` events.
 
 use bytes::Bytes;
-use serde_json::{json, Map};
-use svc_core::error::Resource;
-use svc_core::event::EventType;
+use svc_core::access::Action;
+use svc_core::event::{EventPayload, FileEventData};
 use svc_core::exec::parse_mode;
+use svc_core::glob::SandboxGlob;
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{ByteStream, FileInfo, Provider, ProviderError};
@@ -42,13 +43,21 @@ pub fn sandbox_path(field: &str, value: &str) -> Result<SandboxPath, Error> {
     SandboxPath::parse(value).map_err(|e| Error::invalid(field, e.to_string()))
 }
 
-fn file_data(path: &SandboxPath, size: Option<usize>) -> Map<String, serde_json::Value> {
-    let mut data = Map::new();
-    data.insert("path".into(), json!(path.as_str()));
-    if let Some(size) = size {
-        data.insert("size".into(), json!(size));
+/// Parses a path that names something other than the sandbox's root, which cannot be written,
+/// deleted or moved.
+fn non_root_path(field: &str, value: &str, refusal: &str) -> Result<SandboxPath, Error> {
+    let path = sandbox_path(field, value)?;
+    if path.is_root() {
+        return Err(Error::invalid(field, refusal));
     }
-    data
+    Ok(path)
+}
+
+fn file_data(path: &SandboxPath, size: Option<u64>) -> FileEventData {
+    FileEventData {
+        path: path.as_str().to_owned(),
+        size,
+    }
 }
 
 impl ControlPlane {
@@ -61,18 +70,17 @@ impl ControlPlane {
         operation: &str,
         err: ProviderError,
     ) -> Error {
-        match err {
-            ProviderError::FileNotFound { path } => Error::not_found(Resource::File, path),
-            other => self.provider_failure(sandbox_id.as_str(), provider, operation, other),
-        }
+        self.provider_failure(Some(sandbox_id), provider, operation, err)
     }
 
     async fn file_target(
         &self,
         principal: &Principal,
         id: &str,
+        action: Action,
     ) -> Result<(SandboxId, std::sync::Arc<dyn Provider>), Error> {
-        let sandbox = self.get_active_sandbox(principal, id).await?;
+        self.authorize(principal, action)?;
+        let sandbox = self.running_sandbox(principal, id).await?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Files)?;
         Ok((sandbox.id, provider))
     }
@@ -87,7 +95,7 @@ impl ControlPlane {
         mode: Option<&str>,
         encoding: Option<&str>,
     ) -> Result<(), Error> {
-        let path = sandbox_path("path", path)?;
+        let path = non_root_path("path", path, "/ is a directory and cannot be written")?;
         let mode = match mode {
             Some(mode) => parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
             None => DEFAULT_FILE_MODE,
@@ -103,17 +111,16 @@ impl ControlPlane {
                 )
             }
         };
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
-        let size = bytes.len();
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
+        let size = bytes.len() as u64;
         let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
         provider
             .write_file(&sandbox_id, &path, mode, stream)
             .await
             .map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e))?;
         self.events().publish(
-            EventType::FileWritten,
-            sandbox_id.as_str(),
-            Some(file_data(&path, Some(size))),
+            Some(&sandbox_id),
+            EventPayload::FileWritten(file_data(&path, Some(size))),
         );
         Ok(())
     }
@@ -126,15 +133,14 @@ impl ControlPlane {
         path: &str,
     ) -> Result<ByteStream, Error> {
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
         let stream = provider
             .read_file(&sandbox_id, &path)
             .await
             .map_err(|e| self.file_error(&sandbox_id, provider.name(), "read file", e))?;
         self.events().publish(
-            EventType::FileRead,
-            sandbox_id.as_str(),
-            Some(file_data(&path, None)),
+            Some(&sandbox_id),
+            EventPayload::FileRead(file_data(&path, None)),
         );
         Ok(stream)
     }
@@ -147,11 +153,8 @@ impl ControlPlane {
         path: &str,
         recursive: bool,
     ) -> Result<(), Error> {
-        let path = sandbox_path("path", path)?;
-        if path.is_root() {
-            return Err(Error::invalid("path", "refusing to delete /"));
-        }
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let path = non_root_path("path", path, "refusing to delete /")?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
         provider
             .delete_file(&sandbox_id, &path, recursive)
             .await
@@ -166,7 +169,7 @@ impl ControlPlane {
         path: &str,
     ) -> Result<Vec<FileInfo>, Error> {
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
         provider
             .list_dir(&sandbox_id, &path)
             .await
@@ -181,9 +184,9 @@ impl ControlPlane {
         old_path: &str,
         new_path: &str,
     ) -> Result<(), Error> {
-        let from = sandbox_path("old_path", old_path)?;
-        let to = sandbox_path("new_path", new_path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let from = non_root_path("old_path", old_path, "/ cannot be moved")?;
+        let to = non_root_path("new_path", new_path, "nothing can be moved onto /")?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
         provider
             .move_path(&sandbox_id, &from, &to)
             .await
@@ -200,7 +203,7 @@ impl ControlPlane {
     ) -> Result<(), Error> {
         let path = sandbox_path("path", path)?;
         let mode = parse_mode(mode).map_err(|m| Error::invalid("mode", m))?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
         provider
             .chmod(&sandbox_id, &path, mode)
             .await
@@ -215,7 +218,7 @@ impl ControlPlane {
         path: &str,
     ) -> Result<FileInfo, Error> {
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
         provider
             .stat(&sandbox_id, &path)
             .await
@@ -229,15 +232,10 @@ impl ControlPlane {
         id: &str,
         pattern: &str,
     ) -> Result<Vec<String>, Error> {
-        if !pattern.starts_with('/') {
-            return Err(Error::invalid(
-                "pattern",
-                format!("glob pattern {pattern:?} must be absolute (start with /)"),
-            ));
-        }
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let pattern = SandboxGlob::new(pattern).map_err(|m| Error::invalid("pattern", m))?;
+        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
         provider
-            .glob(&sandbox_id, pattern)
+            .glob(&sandbox_id, &pattern)
             .await
             .map_err(|e| self.file_error(&sandbox_id, provider.name(), "glob", e))
     }
@@ -249,10 +247,12 @@ impl ControlPlane {
         id: &str,
         lines: usize,
     ) -> Result<Vec<String>, Error> {
-        let sandbox = self.get_active_sandbox(principal, id).await?;
+        self.authorize(principal, Action::ReadLogs)?;
+        let sandbox = self.running_sandbox(principal, id).await?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Console)?;
-        provider.logs(&sandbox.id, lines).await.map_err(|e| {
-            self.provider_failure(sandbox.id.as_str(), provider.name(), "read logs", e)
-        })
+        provider
+            .logs(&sandbox.id, lines)
+            .await
+            .map_err(|e| self.provider_failure(Some(&sandbox.id), provider.name(), "read logs", e))
     }
 }

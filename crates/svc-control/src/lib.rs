@@ -3,26 +3,31 @@
 //! control plane decides visibility and permission, talks to the store and providers, and
 //! publishes events.
 
-mod admission;
 pub mod events;
 mod exec;
 mod files;
+pub mod identity;
 mod plane;
 mod principal;
 mod provider_errors;
 pub mod providers;
 mod reaper;
+mod recover;
 mod sandboxes;
+mod spawn;
 mod templates;
 mod utf8;
 
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
 pub use files::DEFAULT_FILE_MODE;
+pub use identity::{Authenticator, Credentials};
 pub use plane::{ControlPlane, ControlPlaneParts};
-pub use principal::{Principal, Role};
-pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary};
+pub use principal::{AuthMethod, Principal, DEFAULT_TENANT};
+pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary, Readiness};
+pub use recover::RecoveryReport;
 pub use sandboxes::ListSandboxes;
+pub use svc_core::access::{Action, Role};
 pub use svc_provider::SnapshotInfo;
 pub use svc_provider::{ExecControl, FileInfo, Signal, StdStream, TtySize};
 pub use utf8::Utf8Chunker;

@@ -9,7 +9,7 @@ use svc_store::Store;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::Admission;
+use crate::identity::Authenticator;
 use crate::{EventBus, ProviderRegistry};
 
 /// What the binary wires together.
@@ -22,6 +22,8 @@ pub struct ControlPlaneParts {
     pub providers: Arc<ProviderRegistry>,
     /// The time source.
     pub clock: Arc<dyn Clock>,
+    /// How callers authenticate (from `auth.*`).
+    pub authenticator: Authenticator,
 }
 
 pub(crate) struct Inner {
@@ -30,7 +32,7 @@ pub(crate) struct Inner {
     pub(crate) providers: Arc<ProviderRegistry>,
     pub(crate) events: EventBus,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) admission: Admission,
+    pub(crate) authenticator: Authenticator,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -52,7 +54,7 @@ impl ControlPlane {
                 providers: parts.providers,
                 events,
                 clock: parts.clock,
-                admission: Admission::default(),
+                authenticator: parts.authenticator,
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -64,19 +66,25 @@ impl ControlPlane {
         &self.inner.config
     }
 
-    /// The store.
+    /// The store, for the binary's lifecycle (closing it at shutdown) and diagnostics; requests
+    /// go through the control plane's methods.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
 
     /// The providers.
-    pub fn providers(&self) -> &ProviderRegistry {
+    pub(crate) fn providers(&self) -> &ProviderRegistry {
         &self.inner.providers
     }
 
     /// The event bus.
-    pub fn events(&self) -> &EventBus {
+    pub(crate) fn events(&self) -> &EventBus {
         &self.inner.events
+    }
+
+    /// True when callers must authenticate.
+    pub fn auth_enabled(&self) -> bool {
+        self.inner.authenticator.is_enabled()
     }
 
     /// The time source.

@@ -1,24 +1,39 @@
-//! Who is calling: produced once by the HTTP layer's authentication and passed explicitly to
-//! every control-plane call.
+//! Who is calling: produced once by authentication (see [`crate::identity`]) and passed
+//! explicitly to every control-plane call, which checks it against the permission table with
+//! [`ControlPlane::authorize`].
 
-use svc_core::OwnerId;
+use svc_core::access::{permits, Action, Role};
+use svc_core::{Error, OwnerId};
+
+use crate::ControlPlane;
 
 /// The tenant of API-key and anonymous callers.
 pub const DEFAULT_TENANT: &str = "default";
 
-/// Roles (interface Authentication; decisions §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
-    /// Read-only.
-    Viewer,
-    /// Full sandbox lifecycle.
-    Operator,
-    /// Administers one tenant.
-    TenantAdmin,
-    /// The plain API key.
-    Api,
-    /// Everything.
-    Admin,
+/// How the caller proved who it is; names the actor in logs and the audit trail, never the
+/// credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// No authentication is configured: every caller is admin (decisions §5).
+    Anonymous,
+    /// `auth.api_key`.
+    ApiKey,
+    /// `auth.admin_api_key`.
+    AdminApiKey,
+    /// svc itself: the reaper, reconciliation and other background loops.
+    System,
+}
+
+impl AuthMethod {
+    /// The actor name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthMethod::Anonymous => "anonymous",
+            AuthMethod::ApiKey => "api-key",
+            AuthMethod::AdminApiKey => "admin-api-key",
+            AuthMethod::System => "system",
+        }
+    }
 }
 
 /// The authenticated caller.
@@ -26,6 +41,11 @@ pub enum Role {
 pub struct Principal {
     /// Role deciding permissions.
     pub role: Role,
+    /// How it authenticated.
+    pub method: AuthMethod,
+    /// True when the plain API key stands in for an unset admin key (decisions §5: admin routes
+    /// accept it while `auth.admin_api_key` is empty and `auth.admin_fallback_enabled`).
+    pub admin_fallback: bool,
     /// Tenant whose sandboxes the caller sees.
     pub tenant_id: String,
     /// The owner selected by `X-User-ID` (validated), if any.
@@ -35,14 +55,38 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// The caller when no authentication is configured: every route is open (decisions §5).
-    pub fn anonymous(owner: Option<OwnerId>) -> Self {
+    fn with(role: Role, method: AuthMethod, owner: Option<OwnerId>) -> Self {
         Principal {
-            role: Role::Admin,
+            role,
+            method,
+            admin_fallback: false,
             tenant_id: DEFAULT_TENANT.to_owned(),
             owner,
             tenant_scoped: false,
         }
+    }
+
+    /// The caller when no authentication is configured: every route is open (decisions §5).
+    pub fn anonymous(owner: Option<OwnerId>) -> Self {
+        Self::with(Role::Admin, AuthMethod::Anonymous, owner)
+    }
+
+    /// svc's own background work (reaper, recovery, reconciliation): sees and may do everything.
+    pub fn system() -> Self {
+        Self::with(Role::Admin, AuthMethod::System, None)
+    }
+
+    /// A caller holding `auth.api_key`; `admin_fallback` per [`Principal::admin_fallback`].
+    pub fn api_key(owner: Option<OwnerId>, admin_fallback: bool) -> Self {
+        Principal {
+            admin_fallback,
+            ..Self::with(Role::Api, AuthMethod::ApiKey, owner)
+        }
+    }
+
+    /// A caller holding `auth.admin_api_key`.
+    pub fn admin_key(owner: Option<OwnerId>) -> Self {
+        Self::with(Role::Admin, AuthMethod::AdminApiKey, owner)
     }
 
     /// The tenant filter for listings: `None` means every tenant.
@@ -53,5 +97,44 @@ impl Principal {
     /// Whether a record of `tenant_id` is visible to the caller.
     pub fn can_see_tenant(&self, tenant_id: &str) -> bool {
         !self.tenant_scoped || self.tenant_id == tenant_id
+    }
+
+    /// Whether the permission table lets this caller do `action`.
+    pub fn may(&self, action: Action) -> bool {
+        permits(self.role, self.admin_fallback, action)
+    }
+}
+
+impl ControlPlane {
+    /// The one authorization point: every control-plane method calls it first with its action.
+    /// Tenant policies will join here without touching the callers.
+    pub fn authorize(&self, principal: &Principal, action: Action) -> Result<(), Error> {
+        if principal.may(action) {
+            return Ok(());
+        }
+        tracing::info!(
+            actor = principal.method.as_str(),
+            role = principal.role.as_str(),
+            action = action.describe(),
+            "forbidden"
+        );
+        Err(Error::Forbidden {
+            role: principal.role.as_str(),
+            action: action.describe(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_reaches_admin_routes_only_through_the_fallback() {
+        assert!(!Principal::api_key(None, false).may(Action::UseAdminRoutes));
+        assert!(Principal::api_key(None, true).may(Action::UseAdminRoutes));
+        assert!(Principal::api_key(None, false).may(Action::WriteQuotas));
+        assert!(Principal::admin_key(None).may(Action::UseAdminRoutes));
+        assert!(Principal::system().may(Action::Destroy));
     }
 }

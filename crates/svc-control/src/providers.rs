@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use svc_core::access::Action;
 use svc_core::{Capability, Clock, Timestamp};
 use svc_provider::Provider;
 
@@ -71,9 +72,11 @@ pub struct ProviderDetail {
     pub config: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The enabled providers.
+/// The enabled providers, and the retired ones: configured but disabled for new spawns, kept
+/// only so the sandboxes they made can still be destroyed, reaped and recovered.
 pub struct ProviderRegistry {
     providers: Vec<Arc<dyn Provider>>,
+    retired: Vec<Arc<dyn Provider>>,
     default: String,
     health: RwLock<HashMap<&'static str, ProviderHealth>>,
     clock: Arc<dyn Clock>,
@@ -84,15 +87,29 @@ impl ProviderRegistry {
     pub fn new(providers: Vec<Arc<dyn Provider>>, default: String, clock: Arc<dyn Clock>) -> Self {
         ProviderRegistry {
             providers,
+            retired: Vec::new(),
             default,
             health: RwLock::new(HashMap::new()),
             clock,
         }
     }
 
-    /// The provider called `name`.
+    /// Adds providers that spawn nothing new but still clean up after themselves.
+    pub fn with_retired(mut self, retired: Vec<Arc<dyn Provider>>) -> Self {
+        self.retired = retired;
+        self
+    }
+
+    /// The enabled provider called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
         self.providers.iter().find(|p| p.name() == name)
+    }
+
+    /// The provider called `name` for destroying, reaping or recovering its sandboxes: enabled
+    /// or retired.
+    pub fn for_cleanup(&self, name: &str) -> Option<&Arc<dyn Provider>> {
+        self.get(name)
+            .or_else(|| self.retired.iter().find(|p| p.name() == name))
     }
 
     /// Every enabled provider's name, in configuration order.
@@ -214,9 +231,47 @@ impl ProviderRegistry {
     }
 }
 
+/// How old a cached health result may be when listing providers.
+const LIST_HEALTH_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// `/ready`: whether any configured provider is healthy, and each one's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Healthy providers.
+    pub ready_providers: usize,
+    /// Every provider's summary.
+    pub providers: Vec<ProviderSummary>,
+}
+
 impl crate::ControlPlane {
+    /// `GET /providers`: every provider's summary, with runtime counts.
+    pub async fn list_providers(
+        &self,
+        principal: &crate::Principal,
+    ) -> Result<Vec<ProviderSummary>, svc_core::Error> {
+        self.authorize(principal, Action::ReadProviders)?;
+        Ok(self.providers().summaries(LIST_HEALTH_MAX_AGE, true).await)
+    }
+
+    /// `GET /ready` (never authenticated): provider health at most a second old.
+    pub async fn readiness(&self) -> Readiness {
+        let providers = self
+            .providers()
+            .summaries(Duration::from_secs(1), false)
+            .await;
+        Readiness {
+            ready_providers: providers.iter().filter(|p| p.healthy).count(),
+            providers,
+        }
+    }
+
     /// `GET /providers/{name}`.
-    pub async fn provider_detail(&self, name: &str) -> Result<ProviderDetail, svc_core::Error> {
+    pub async fn provider_detail(
+        &self,
+        principal: &crate::Principal,
+        name: &str,
+    ) -> Result<ProviderDetail, svc_core::Error> {
+        self.authorize(principal, Action::ReadProviders)?;
         let not_found = || svc_core::Error::not_found(svc_core::error::Resource::Provider, name);
         let provider = self.providers().get(name).ok_or_else(not_found)?;
         let health = self
@@ -236,24 +291,40 @@ impl crate::ControlPlane {
     }
 
     /// `POST /providers/test`: checks every provider now; name to healthy.
-    pub async fn test_providers(&self) -> std::collections::BTreeMap<String, bool> {
-        self.providers()
+    pub async fn test_providers(
+        &self,
+        principal: &crate::Principal,
+    ) -> Result<std::collections::BTreeMap<String, bool>, svc_core::Error> {
+        self.authorize(principal, Action::TestProviders)?;
+        Ok(self
+            .providers()
             .summaries(Duration::ZERO, false)
             .await
             .into_iter()
             .map(|summary| (summary.name, summary.healthy))
-            .collect()
+            .collect())
     }
 
     /// `GET /snapshots`: every provider's cached root filesystems.
-    pub async fn snapshots(&self) -> Result<Vec<svc_provider::SnapshotInfo>, svc_core::Error> {
+    pub async fn snapshots(
+        &self,
+        principal: &crate::Principal,
+    ) -> Result<Vec<svc_provider::SnapshotInfo>, svc_core::Error> {
+        self.authorize(principal, Action::ReadSnapshots)?;
         let mut snapshots = Vec::new();
         for provider in self.providers().all() {
-            let listed = provider.snapshots().await.map_err(|e| {
-                crate::provider_errors::provider_error(provider.name(), "list snapshots", e)
-            })?;
+            let listed = provider
+                .snapshots()
+                .await
+                .map_err(|e| self.provider_failure(None, provider.name(), "list snapshots", e))?;
             snapshots.extend(listed);
         }
         Ok(snapshots)
+    }
+
+    /// `GET /pool/status`: whether pooled multi-user mode is on.
+    pub fn pool_enabled(&self, principal: &crate::Principal) -> Result<bool, svc_core::Error> {
+        self.authorize(principal, Action::ReadPool)?;
+        Ok(self.config().pool.enabled)
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use svc_core::clock::sub_duration;
+use svc_core::sandbox::StateReason;
 use tokio_util::sync::CancellationToken;
 
 use crate::{ControlPlane, Principal};
@@ -29,8 +30,10 @@ pub(crate) async fn run(plane: ControlPlane, cancel: CancellationToken) {
 
 /// One pass; errors are logged and retried on the next tick.
 pub(crate) async fn reap_once(plane: &ControlPlane) {
-    let everyone = Principal::anonymous(None);
-    match plane.prune_expired(&everyone).await {
+    match plane
+        .destroy_expired(&Principal::system(), StateReason::Expired)
+        .await
+    {
         Ok(0) => {}
         Ok(count) => tracing::info!(count, "reaper destroyed expired sandboxes"),
         Err(err) => tracing::warn!(error = %err, "reaper pass failed"),

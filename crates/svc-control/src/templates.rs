@@ -1,13 +1,13 @@
 //! Templates: named spawn presets. Omitted fields are filled from the server defaults when
 //! saved, so a template always renders complete.
 
+use crate::{ControlPlane, Principal};
+use svc_core::access::Action;
+use svc_core::admission::check_ttl;
 use svc_core::error::Resource;
 use svc_core::sandbox::{check_image, check_ttl_positive, size_or_default};
 use svc_core::template::{validate_template_name, Template, TemplateSpec};
 use svc_core::Error;
-use svc_store::StoreError;
-
-use crate::ControlPlane;
 
 impl ControlPlane {
     fn build_template(
@@ -37,7 +37,7 @@ impl ControlPlane {
         let vcpus = size_or_default("vcpus", spec.vcpus, defaults.vcpus)?;
         let ttl = spec.ttl.unwrap_or(defaults.ttl);
         check_ttl_positive(ttl)?;
-        crate::admission::check_ttl(defaults, ttl.as_std())?;
+        check_ttl(defaults.max_ttl, ttl.as_std())?;
         Ok(Template {
             name,
             image,
@@ -52,29 +52,36 @@ impl ControlPlane {
     }
 
     /// `POST /templates`.
-    pub async fn create_template(&self, spec: TemplateSpec) -> Result<Template, Error> {
+    pub async fn create_template(
+        &self,
+        principal: &Principal,
+        spec: TemplateSpec,
+    ) -> Result<Template, Error> {
+        self.authorize(principal, Action::WriteTemplates)?;
         let name = spec
             .name
             .clone()
             .ok_or_else(|| Error::invalid("name", "is required"))?;
         let template = self.build_template(name, spec, self.clock().now())?;
-        match self.store().insert_template(&template).await {
-            Ok(()) => Ok(template),
-            Err(StoreError::Conflict { .. }) => Err(Error::AlreadyExists {
-                resource: Resource::Template,
-                id: template.name,
-            }),
-            Err(err) => Err(err.into()),
-        }
+        // A taken name comes back from the store as a conflict (409).
+        self.store().insert_template(&template).await?;
+        Ok(template)
     }
 
     /// `GET /templates`.
-    pub async fn list_templates(&self) -> Result<Vec<Template>, Error> {
+    pub async fn list_templates(&self, principal: &Principal) -> Result<Vec<Template>, Error> {
+        self.authorize(principal, Action::ReadTemplates)?;
         Ok(self.store().list_templates().await?)
     }
 
     /// `GET /templates/{name}`.
-    pub async fn get_template(&self, name: &str) -> Result<Template, Error> {
+    pub async fn get_template(&self, principal: &Principal, name: &str) -> Result<Template, Error> {
+        self.authorize(principal, Action::ReadTemplates)?;
+        self.template_by_name(name).await
+    }
+
+    /// A template by name, or 404.
+    pub(crate) async fn template_by_name(&self, name: &str) -> Result<Template, Error> {
         self.store()
             .get_template(name)
             .await?
@@ -82,14 +89,20 @@ impl ControlPlane {
     }
 
     /// `PUT /templates/{name}`: replaces every field (omitted ones take the defaults).
-    pub async fn update_template(&self, name: &str, spec: TemplateSpec) -> Result<Template, Error> {
+    pub async fn update_template(
+        &self,
+        principal: &Principal,
+        name: &str,
+        spec: TemplateSpec,
+    ) -> Result<Template, Error> {
+        self.authorize(principal, Action::WriteTemplates)?;
         if spec.name.as_deref().is_some_and(|n| n != name) {
             return Err(Error::invalid(
                 "name",
                 "cannot be changed; it is taken from the path",
             ));
         }
-        let existing = self.get_template(name).await?;
+        let existing = self.template_by_name(name).await?;
         let template = self.build_template(existing.name, spec, self.clock().now())?;
         self.store()
             .update_template(&template)
@@ -98,7 +111,8 @@ impl ControlPlane {
     }
 
     /// `DELETE /templates/{name}`.
-    pub async fn delete_template(&self, name: &str) -> Result<(), Error> {
+    pub async fn delete_template(&self, principal: &Principal, name: &str) -> Result<(), Error> {
+        self.authorize(principal, Action::WriteTemplates)?;
         if self.store().delete_template(name).await? {
             Ok(())
         } else {

@@ -71,6 +71,8 @@ pub enum Resource {
     Route,
     /// A file or directory inside a sandbox.
     File,
+    /// A lease on a resource.
+    Lease,
 }
 
 impl fmt::Display for Resource {
@@ -81,12 +83,14 @@ impl fmt::Display for Resource {
             Resource::Provider => "provider",
             Resource::Route => "route",
             Resource::File => "file",
+            Resource::Lease => "lease",
         })
     }
 }
 
 /// Why a spawn or an operation was refused for limits (admission `reason` values and more).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LimitReason {
     /// Requested TTL over the effective maximum.
     MaxTtl,
@@ -128,7 +132,7 @@ pub enum Error {
         message: String,
     },
     /// A provider no worker offers.
-    #[error("unknown provider {name:?}; enabled providers: {}", enabled.join(", "))]
+    #[error("unknown provider {}; enabled providers: {}", echo(name), enabled.join(", "))]
     UnknownProvider {
         /// The requested name.
         name: String,
@@ -136,7 +140,7 @@ pub enum Error {
         enabled: Vec<String>,
     },
     /// Something addressed by the caller does not exist.
-    #[error("{resource} {id:?} not found")]
+    #[error("{resource} {} not found", echo(id))]
     NotFound {
         /// What kind of thing.
         resource: Resource,
@@ -144,18 +148,53 @@ pub enum Error {
         id: String,
     },
     /// A name that must be unique is taken.
-    #[error("{resource} {id:?} already exists")]
+    #[error("{resource} {} already exists", echo(id))]
     AlreadyExists {
         /// What kind of thing.
         resource: Resource,
         /// Its name.
         id: String,
     },
-    /// The sandbox is destroyed, so it cannot run commands, move files or be extended.
-    #[error("sandbox {id} is destroyed")]
-    SandboxDestroyed {
+    /// The sandbox is not running (still being created, or ended), so it cannot run commands,
+    /// move files or be extended.
+    #[error("sandbox {id} {}", state.describe())]
+    SandboxNotRunning {
         /// The sandbox.
         id: String,
+        /// The state it is in.
+        state: crate::sandbox::SandboxState,
+    },
+    /// No credentials, or credentials that match nothing.
+    #[error("{message}")]
+    Unauthorized {
+        /// What was missing or wrong (never the credential itself).
+        message: String,
+    },
+    /// A known caller whose role does not allow the action.
+    #[error("role {role} may not {action}")]
+    Forbidden {
+        /// The caller's role.
+        role: &'static str,
+        /// What it tried, in words.
+        action: &'static str,
+    },
+    /// Another worker holds the lease on a resource.
+    #[error("{resource} {id} is held by worker {holder}")]
+    LeaseHeld {
+        /// What kind of thing.
+        resource: Resource,
+        /// Its ID.
+        id: String,
+        /// The worker holding it.
+        holder: String,
+    },
+    /// The provider does not offer this operation (see its capabilities).
+    #[error("provider {provider} does not support {operation}")]
+    Unsupported {
+        /// The provider name.
+        provider: String,
+        /// The operation.
+        operation: String,
     },
     /// A quota, capacity or rate limit.
     #[error("{message}")]
@@ -166,14 +205,15 @@ pub enum Error {
         message: String,
     },
     /// A provider operation failed.
-    #[error("provider {provider} failed to {operation}: {message}")]
+    #[error("provider {provider} failed to {operation}: {source}")]
     Provider {
         /// The provider name.
         provider: String,
         /// The operation (`spawn`, `destroy`, ...).
         operation: String,
-        /// The provider's reason.
-        message: String,
+        /// The provider's typed error; its text is the provider's reason.
+        #[source]
+        source: BoxError,
     },
     /// A configured provider is unhealthy.
     #[error("provider {provider} is unavailable: {message}")]
@@ -182,6 +222,13 @@ pub enum Error {
         provider: String,
         /// Its health error.
         message: String,
+    },
+    /// The store cannot be reached (closed during shutdown, locked, disk gone).
+    #[error("the store is unavailable")]
+    StoreUnavailable {
+        /// The cause, for the log.
+        #[source]
+        source: BoxError,
     },
     /// The request body is larger than allowed.
     #[error("request body is larger than {limit_bytes} bytes")]
@@ -214,12 +261,18 @@ impl Error {
         match self {
             Error::InvalidInput { .. }
             | Error::MalformedBody { .. }
-            | Error::UnknownProvider { .. } => ErrorKind::BadRequest,
+            | Error::UnknownProvider { .. }
+            | Error::Unsupported { .. } => ErrorKind::BadRequest,
+            Error::Unauthorized { .. } => ErrorKind::Unauthorized,
+            Error::Forbidden { .. } => ErrorKind::Forbidden,
             Error::NotFound { .. } => ErrorKind::NotFound,
-            Error::AlreadyExists { .. } | Error::SandboxDestroyed { .. } => ErrorKind::Conflict,
+            Error::AlreadyExists { .. } | Error::SandboxNotRunning { .. } => ErrorKind::Conflict,
+            Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
             Error::Provider { .. } => ErrorKind::ProviderError,
-            Error::ProviderUnavailable { .. } => ErrorKind::Unavailable,
+            Error::ProviderUnavailable { .. } | Error::StoreUnavailable { .. } => {
+                ErrorKind::Unavailable
+            }
             Error::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Error::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Error::Internal { .. } => ErrorKind::Internal,
@@ -250,12 +303,37 @@ impl Error {
         }
     }
 
+    /// Shorthand for [`Error::Provider`].
+    pub fn provider(
+        provider: impl Into<String>,
+        operation: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Provider {
+            provider: provider.into(),
+            operation: operation.into(),
+            source: source.into(),
+        }
+    }
+
     /// The message shown to callers: internal details stay in the logs.
     pub fn public_message(&self) -> String {
         match self {
             Error::Internal { context, .. } => format!("internal error while {context}"),
             other => other.to_string(),
         }
+    }
+}
+
+/// The longest piece of caller input echoed back in a message.
+pub const ECHO_LIMIT: usize = 64;
+
+/// Caller input as quoted in an error message: cut to [`ECHO_LIMIT`] characters, so a huge or
+/// hostile value never fills a response or a log line.
+pub fn echo(input: &str) -> String {
+    match input.char_indices().nth(ECHO_LIMIT) {
+        None => format!("{input:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &input[..cut], input.len()),
     }
 }
 
@@ -281,5 +359,16 @@ mod tests {
             Error::internal("saving sandbox", std::io::Error::other("disk: secret path"));
         assert_eq!(internal.kind(), ErrorKind::Internal);
         assert!(!internal.public_message().contains("secret"));
+    }
+
+    #[test]
+    fn echo_cuts_long_input() {
+        assert_eq!(echo("abc"), "\"abc\"");
+        let long = "x".repeat(10_000);
+        let echoed = echo(&long);
+        assert!(echoed.len() < 100, "{echoed}");
+        assert!(echoed.ends_with("(10000 bytes)"));
+        // Never cuts inside a character.
+        assert!(echo(&"é".repeat(200)).contains("(400 bytes)"));
     }
 }

@@ -1,8 +1,11 @@
 //! Lifecycle events as published on `GET /events` (interface Events; decisions §12).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::clock::Timestamp;
+use crate::error::LimitReason;
+use crate::id::SandboxId;
+use crate::sandbox::StateReason;
 
 /// Every event type the service publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -129,8 +132,11 @@ pub struct Event {
     /// Event type.
     #[serde(rename = "type")]
     pub event_type: EventType,
-    /// The sandbox concerned; empty when none.
-    pub sandbox_id: String,
+    /// The sandbox concerned. The wire always carries the field (interface Events), as `""`
+    /// for events about no sandbox (quotas, limits).
+    #[serde(with = "wire_sandbox_id")]
+    #[schema(value_type = String)]
+    pub sandbox_id: Option<SandboxId>,
     /// When it happened.
     #[schema(value_type = String, format = DateTime)]
     pub timestamp: Timestamp,
@@ -138,6 +144,193 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub data: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `sandbox_id` on the wire: `""` stands for none.
+mod wire_sandbox_id {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(
+        id: &Option<SandboxId>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(id.as_ref().map_or("", SandboxId::as_str))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SandboxId>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        SandboxId::parse(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which exec form an `exec.*` event is about (its `operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecOperation {
+    /// `POST /exec`.
+    Exec,
+    /// `POST /exec` with `stream: true`.
+    ExecStream,
+    /// `GET /exec/ws`.
+    ExecInteractive,
+}
+
+/// `data` of `sandbox.*` events (decisions §12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxEventData {
+    /// Provider name.
+    pub provider: String,
+    /// Image.
+    pub image: String,
+    /// Owner; empty when anonymous.
+    pub owner_id: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// The worker holding it.
+    pub worker_id: Option<String>,
+    /// Why it ended (`sandbox.destroyed`, `sandbox.error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<StateReason>,
+    /// What went wrong (`sandbox.error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// True when the spawn pulled the image first (`sandbox.created`).
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub image_pulled: bool,
+}
+
+/// `data` of `exec.*` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecEventData {
+    /// The exec form.
+    pub operation: ExecOperation,
+    /// Provider name.
+    pub provider: String,
+    /// Exit code (`exec.completed`); absent when it could not be learnt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Wall time as a Go duration (`exec.completed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// What went wrong (`exec.failed`, `exec.timeout`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// True when svc ended it because its caller went away.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub cancelled: bool,
+}
+
+/// `data` of `file.*` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEventData {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// Bytes written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// `data` of `resource.limit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitEventData {
+    /// Which limit.
+    pub reason: LimitReason,
+    /// The owner it applied to; empty when anonymous.
+    pub owner_id: String,
+}
+
+/// `data` of `operation.failed` and `provider.failed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureEventData {
+    /// The operation (`spawn`, `destroy`, `exec`, ...).
+    pub operation: String,
+    /// Provider name.
+    pub provider: String,
+    /// The caller-facing message.
+    pub error: String,
+}
+
+/// An event to publish: its type and its typed data, which decide each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventPayload {
+    /// `sandbox.created`.
+    SandboxCreated(SandboxEventData),
+    /// `sandbox.running`.
+    SandboxRunning(SandboxEventData),
+    /// `sandbox.destroyed`.
+    SandboxDestroyed(SandboxEventData),
+    /// `sandbox.error`.
+    SandboxError(SandboxEventData),
+    /// `exec.started`.
+    ExecStarted(ExecEventData),
+    /// `exec.completed`.
+    ExecCompleted(ExecEventData),
+    /// `exec.failed`.
+    ExecFailed(ExecEventData),
+    /// `exec.timeout`.
+    ExecTimeout(ExecEventData),
+    /// `file.written`.
+    FileWritten(FileEventData),
+    /// `file.read`.
+    FileRead(FileEventData),
+    /// `operation.failed`.
+    OperationFailed(FailureEventData),
+    /// `provider.failed`.
+    ProviderFailed(FailureEventData),
+    /// `resource.limit`.
+    ResourceLimit(LimitEventData),
+}
+
+impl EventPayload {
+    /// The event type this payload is published as.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            EventPayload::SandboxCreated(_) => EventType::SandboxCreated,
+            EventPayload::SandboxRunning(_) => EventType::SandboxRunning,
+            EventPayload::SandboxDestroyed(_) => EventType::SandboxDestroyed,
+            EventPayload::SandboxError(_) => EventType::SandboxError,
+            EventPayload::ExecStarted(_) => EventType::ExecStarted,
+            EventPayload::ExecCompleted(_) => EventType::ExecCompleted,
+            EventPayload::ExecFailed(_) => EventType::ExecFailed,
+            EventPayload::ExecTimeout(_) => EventType::ExecTimeout,
+            EventPayload::FileWritten(_) => EventType::FileWritten,
+            EventPayload::FileRead(_) => EventType::FileRead,
+            EventPayload::OperationFailed(_) => EventType::OperationFailed,
+            EventPayload::ProviderFailed(_) => EventType::ProviderFailed,
+            EventPayload::ResourceLimit(_) => EventType::ResourceLimit,
+        }
+    }
+
+    /// The `data` object as it goes on the wire.
+    pub fn into_data(self) -> serde_json::Map<String, serde_json::Value> {
+        let value = match self {
+            EventPayload::SandboxCreated(d)
+            | EventPayload::SandboxRunning(d)
+            | EventPayload::SandboxDestroyed(d)
+            | EventPayload::SandboxError(d) => serde_json::to_value(d),
+            EventPayload::ExecStarted(d)
+            | EventPayload::ExecCompleted(d)
+            | EventPayload::ExecFailed(d)
+            | EventPayload::ExecTimeout(d) => serde_json::to_value(d),
+            EventPayload::FileWritten(d) | EventPayload::FileRead(d) => serde_json::to_value(d),
+            EventPayload::OperationFailed(d) | EventPayload::ProviderFailed(d) => {
+                serde_json::to_value(d)
+            }
+            EventPayload::ResourceLimit(d) => serde_json::to_value(d),
+        };
+        match value {
+            Ok(serde_json::Value::Object(map)) => map,
+            // Every payload is a struct of strings, numbers and booleans.
+            _ => serde_json::Map::new(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -152,5 +345,45 @@ mod tests {
             assert_eq!(EventType::parse(t.as_str()), Some(t));
         }
         assert_eq!(EventType::parse("sandbox.nope"), None);
+    }
+
+    #[test]
+    fn payloads_render_decided_keys() {
+        let data = EventPayload::ExecCompleted(ExecEventData {
+            operation: ExecOperation::ExecStream,
+            provider: "mock".into(),
+            exit_code: Some(3),
+            duration: Some("1.5s".into()),
+            error: None,
+            cancelled: false,
+        });
+        assert_eq!(data.event_type(), EventType::ExecCompleted);
+        assert_eq!(
+            serde_json::Value::Object(data.into_data()),
+            serde_json::json!({"operation": "exec_stream", "provider": "mock", "exit_code": 3, "duration": "1.5s"})
+        );
+        let limit = EventPayload::ResourceLimit(LimitEventData {
+            reason: LimitReason::MaxSandboxes,
+            owner_id: String::new(),
+        });
+        assert_eq!(
+            serde_json::Value::Object(limit.into_data()),
+            serde_json::json!({"reason": "max_sandboxes", "owner_id": ""})
+        );
+    }
+
+    #[test]
+    fn missing_sandbox_is_an_empty_string_on_the_wire() {
+        let event = Event {
+            id: "ev-1".into(),
+            event_type: EventType::QuotaSaved,
+            sandbox_id: None,
+            timestamp: chrono::DateTime::UNIX_EPOCH,
+            data: None,
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["sandbox_id"], "");
+        let back: Event = serde_json::from_value(json).unwrap();
+        assert_eq!(back, event);
     }
 }

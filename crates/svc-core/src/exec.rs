@@ -10,6 +10,10 @@ use crate::duration::GoDuration;
 /// The exit code of a command that hit its deadline (as `timeout(1)` reports it).
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
+/// The exit code reported when a command's status could not be learnt (the provider lost it
+/// while waiting). Events say so by leaving `exit_code` out.
+pub const UNKNOWN_EXIT_CODE: i32 = -1;
+
 /// `POST /sandboxes/{id}/exec` body.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]

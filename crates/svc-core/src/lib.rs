@@ -2,6 +2,8 @@
 //! these types, so they stay small, validated at construction and serialisable with their wire
 //! names.
 
+pub mod access;
+pub mod admission;
 pub mod capability;
 pub mod clock;
 pub mod config;
@@ -9,6 +11,7 @@ pub mod duration;
 pub mod error;
 pub mod event;
 pub mod exec;
+pub mod glob;
 pub mod id;
 pub mod owner;
 pub mod path;

@@ -10,10 +10,12 @@ use crate::clock::{add_duration, elapsed_between, Timestamp};
 use crate::duration::GoDuration;
 use crate::id::SandboxId;
 
-/// Lifecycle state.
+/// Lifecycle state (decisions §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
+    /// Admitted and recorded; the provider is creating its runtime.
+    Creating,
     /// Spawned and usable.
     Running,
     /// A provider failure left it unusable.
@@ -26,6 +28,7 @@ impl SandboxState {
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
+            SandboxState::Creating => "creating",
             SandboxState::Running => "running",
             SandboxState::Error => "error",
             SandboxState::Destroyed => "destroyed",
@@ -35,10 +38,96 @@ impl SandboxState {
     /// Parses the wire name.
     pub fn parse(value: &str) -> Option<Self> {
         match value {
+            "creating" => Some(SandboxState::Creating),
             "running" => Some(SandboxState::Running),
             "error" => Some(SandboxState::Error),
             "destroyed" => Some(SandboxState::Destroyed),
             _ => None,
+        }
+    }
+
+    /// True for the states that hold (or are getting) a runtime: these count toward capacity.
+    pub fn holds_runtime(self) -> bool {
+        matches!(self, SandboxState::Creating | SandboxState::Running)
+    }
+
+    /// True once the sandbox is gone for good (`destroyed` or `error`).
+    pub fn has_ended(self) -> bool {
+        matches!(self, SandboxState::Destroyed | SandboxState::Error)
+    }
+
+    /// The state in words, after "sandbox X".
+    pub fn describe(self) -> &'static str {
+        match self {
+            SandboxState::Creating => "is still being created",
+            SandboxState::Running => "is running",
+            SandboxState::Error => "has failed",
+            SandboxState::Destroyed => "is destroyed",
+        }
+    }
+}
+
+/// Why a sandbox ended (decisions §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StateReason {
+    /// `DELETE /sandboxes/{id}`.
+    DestroyedByRequest,
+    /// The reaper found it past `expires_at`.
+    Expired,
+    /// `DELETE /sandboxes` (prune).
+    Pruned,
+    /// Its runtime disappeared underneath it.
+    RuntimeVanished,
+    /// The spawn failed or was rolled back after the record existed.
+    SpawnFailed,
+    /// The provider failed while it ran.
+    ProviderFailed,
+}
+
+impl StateReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateReason::DestroyedByRequest => "destroyed_by_request",
+            StateReason::Expired => "expired",
+            StateReason::Pruned => "pruned",
+            StateReason::RuntimeVanished => "runtime_vanished",
+            StateReason::SpawnFailed => "spawn_failed",
+            StateReason::ProviderFailed => "provider_failed",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(value: &str) -> Option<Self> {
+        [
+            StateReason::DestroyedByRequest,
+            StateReason::Expired,
+            StateReason::Pruned,
+            StateReason::RuntimeVanished,
+            StateReason::SpawnFailed,
+            StateReason::ProviderFailed,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == value)
+    }
+}
+
+/// How a sandbox ended: the reason and a free-text message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    /// Machine-readable reason.
+    pub reason: StateReason,
+    /// Free text; may be empty.
+    pub message: String,
+}
+
+impl Ending {
+    /// An ending with no message.
+    pub fn because(reason: StateReason) -> Self {
+        Ending {
+            reason,
+            message: String::new(),
         }
     }
 }
@@ -89,15 +178,21 @@ pub struct Sandbox {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub destroyed_at: Option<Timestamp>,
+    /// Why it ended; absent until it has (`destroyed` or `error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<StateReason>,
+    /// Free text about how it ended; absent until it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_message: Option<String>,
     /// Default environment for every exec; never rendered, it may hold secrets.
     #[serde(skip)]
     pub env: BTreeMap<String, String>,
 }
 
 impl Sandbox {
-    /// True unless destroyed.
-    pub fn is_active(&self) -> bool {
-        self.state != SandboxState::Destroyed
+    /// True while it holds (or is getting) a runtime.
+    pub fn holds_runtime(&self) -> bool {
+        self.state.holds_runtime()
     }
 
     /// The lifetime from creation that an extend by `ttl` at `now` would give.
@@ -143,12 +238,120 @@ pub struct ExtendRequest {
     pub ttl: GoDuration,
 }
 
-/// Validates an image reference: non-empty, no whitespace or control characters.
+/// Validates an image reference in the grammar of the Docker distribution reference:
+/// `[host[:port]/]path[:tag][@digest]`, path components of lowercase letters and digits joined
+/// by `.`, `_`, `__` or `-`. Anything else (`../../etc`, spaces, upper case) is a 400 here,
+/// before any provider or engine sees it.
 pub fn check_image(image: &str) -> Result<(), crate::Error> {
-    if image.trim().is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(crate::Error::invalid(
+    let invalid = |why: &str| {
+        crate::Error::invalid(
             "image",
-            "must be a non-empty image reference without whitespace",
+            format!(
+                "{} is not a valid image reference ({why}; expected e.g. alpine:3.20 or registry.example.com:5000/team/app@sha256:...)",
+                crate::error::echo(image)
+            ),
+        )
+    };
+    if image.is_empty() {
+        return Err(invalid("empty"));
+    }
+    if image.len() > 255 {
+        return Err(invalid("longer than 255 bytes"));
+    }
+    let (name_and_tag, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    if let Some(digest) = digest {
+        let valid = digest.split_once(':').is_some_and(|(algorithm, hex)| {
+            !algorithm.is_empty()
+                && algorithm
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b))
+                && hex.len() >= 32
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+        if !valid {
+            return Err(invalid("malformed digest"));
+        }
+    }
+    // A tag follows the last `:` that comes after the last `/` (a `:` before it is a port).
+    let last_slash = name_and_tag.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match name_and_tag[last_slash..].rfind(':') {
+        Some(i) => (
+            &name_and_tag[..last_slash + i],
+            Some(&name_and_tag[last_slash + i + 1..]),
+        ),
+        None => (name_and_tag, None),
+    };
+    if let Some(tag) = tag {
+        let valid = !tag.is_empty()
+            && tag.len() <= 128
+            && tag
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && tag
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !valid {
+            return Err(invalid("malformed tag"));
+        }
+    }
+    let mut components: Vec<&str> = name.split('/').collect();
+    // The first component is a registry host when it looks like one.
+    if components.len() > 1 {
+        let first = components[0];
+        if first.contains(['.', ':']) || first == "localhost" {
+            let (host, port) = match first.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (first, None),
+            };
+            let host_ok = !host.is_empty()
+                && host.split('.').all(|label| {
+                    !label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                });
+            let port_ok =
+                port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            if !host_ok || !port_ok {
+                return Err(invalid("malformed registry host"));
+            }
+            components.remove(0);
+        }
+    }
+    let component_ok = |component: &str| {
+        let bytes = component.as_bytes();
+        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+            return false;
+        }
+        // Separators: `.`, `_`, `__` or one or more `-`, always between alphanumerics.
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if alnum(b) {
+                i += 1;
+                continue;
+            }
+            let run = bytes[i..].iter().take_while(|c| !alnum(**c)).count();
+            let separator = &component[i..i + run];
+            let allowed =
+                matches!(separator, "." | "_" | "__") || separator.bytes().all(|c| c == b'-');
+            if !allowed {
+                return false;
+            }
+            i += run;
+        }
+        true
+    };
+    if components.is_empty() || !components.iter().all(|c| component_ok(c)) {
+        return Err(invalid(
+            "path components are lowercase letters and digits separated by '.', '_', '__' or '-'",
         ));
     }
     Ok(())
@@ -208,6 +411,8 @@ mod tests {
             template: None,
             network: None,
             destroyed_at: None,
+            state_reason: None,
+            state_message: None,
             env: BTreeMap::from([("SECRET".into(), "hunter2".into())]),
         }
     }
@@ -220,6 +425,44 @@ mod tests {
         assert_eq!(json["worker_id"], "local");
         assert!(json.get("env").is_none());
         assert!(!json.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn image_references() {
+        for good in [
+            "alpine",
+            "alpine:latest",
+            "library/alpine:3.20",
+            "svc-test-busybox:latest",
+            "registry.example.com:5000/team/app:v1.2_rc-3",
+            "localhost/app",
+            "ghcr.io/a__b/c.d-e",
+            "alpine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "a---b",
+        ] {
+            assert!(check_image(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../../etc",
+            "/etc/passwd",
+            "Alpine",
+            "alpine:",
+            "alpine:la test",
+            "a b",
+            "a//b",
+            "-a",
+            "a_",
+            "a...b",
+            "a___b",
+            "alpine@sha256:xyz",
+            "reg:abc/app",
+        ] {
+            let err = check_image(bad).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::BadRequest, "{bad}");
+        }
+        let huge = "a".repeat(10_000);
+        assert!(check_image(&huge).unwrap_err().to_string().len() < 300);
     }
 
     #[test]

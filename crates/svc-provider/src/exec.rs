@@ -7,6 +7,8 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+use svc_core::path::SandboxPath;
+
 use crate::ProviderError;
 
 /// Which output stream a chunk came from.
@@ -45,8 +47,8 @@ pub struct ExecSpec {
     pub argv: Vec<String>,
     /// Environment on top of the sandbox's.
     pub env: BTreeMap<String, String>,
-    /// Working directory inside the sandbox.
-    pub workdir: Option<String>,
+    /// Working directory inside the sandbox, validated by the control plane.
+    pub workdir: Option<SandboxPath>,
     /// Run under a pseudo-terminal of this size.
     pub tty: Option<TtySize>,
     /// Whether the caller will write to stdin; otherwise stdin is empty (`/dev/null`).

@@ -8,7 +8,6 @@ pub mod docker;
 mod error;
 mod exec;
 mod files;
-pub mod glob;
 pub mod mock;
 mod process;
 mod provider;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use svc_core::glob::SandboxGlob;
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, SandboxId, Timestamp};
 
@@ -182,7 +183,11 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// Absolute paths matching an absolute glob (`*`, `?`, `[..]`, `**`), sorted.
-    async fn glob(&self, _id: &SandboxId, _pattern: &str) -> Result<Vec<String>, ProviderError> {
+    async fn glob(
+        &self,
+        _id: &SandboxId,
+        _pattern: &SandboxGlob,
+    ) -> Result<Vec<String>, ProviderError> {
         Err(ProviderError::Unsupported { op: "glob" })
     }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use svc_core::config::DockerProviderConfig;
+use svc_core::glob::SandboxGlob;
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, SandboxId};
 use svc_provider::docker::DockerProvider;
@@ -253,12 +254,12 @@ async fn env_and_workdir(sb: &Sandbox) {
     sb.write("/work/dir/marker", b"m", 0o644).await.unwrap();
     let mut spec = spec(&["/bin/sh", "-c", "echo $FOO; ls"]);
     spec.env.insert("FOO".into(), "bar baz".into());
-    spec.workdir = Some("/work/dir".into());
+    spec.workdir = Some(SandboxPath::parse("/work/dir").unwrap());
     let out = sb.run(spec).await;
     assert_eq!(out.code, 0, "{}", out.stderr());
     assert_eq!(out.stdout(), "bar baz\nmarker\n");
     let mut bad = self::spec(&["true"]);
-    bad.workdir = Some("/does/not/exist".into());
+    bad.workdir = Some(SandboxPath::parse("/does/not/exist").unwrap());
     assert!(sb.p().exec(&sb.id, bad).await.is_err());
 }
 
@@ -441,7 +442,8 @@ async fn unicode_names(sb: &Sandbox) {
         sb.read("/dír/ünïcödé 文件.txt").await.unwrap(),
         "✓".as_bytes()
     );
-    let found = sb.p().glob(&sb.id, "/dír/*.txt").await.unwrap();
+    let pattern = SandboxGlob::new("/dír/*.txt").unwrap();
+    let found = sb.p().glob(&sb.id, &pattern).await.unwrap();
     assert_eq!(found, vec!["/dír/ünïcödé 文件.txt".to_owned()]);
 }
 
@@ -511,15 +513,6 @@ async fn delete_rules(sb: &Sandbox) {
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
-    let err = sb
-        .p()
-        .delete_file(&sb.id, &SandboxPath::root(), true)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, ProviderError::InvalidRequest { .. }),
-        "{err:?}"
-    );
 }
 
 async fn move_and_chmod(sb: &Sandbox) {
@@ -576,7 +569,10 @@ async fn glob_patterns(sb: &Sandbox) {
     ] {
         sb.write(path, b"", 0o644).await.unwrap();
     }
-    let glob = |pattern: &'static str| async move { sb.p().glob(&sb.id, pattern).await.unwrap() };
+    let glob = |pattern: &'static str| async move {
+        let pattern = SandboxGlob::new(pattern).unwrap();
+        sb.p().glob(&sb.id, &pattern).await.unwrap()
+    };
     assert_eq!(glob("/g/*.rs").await, ["/g/a.rs", "/g/b.rs"]);
     assert_eq!(
         glob("/g/**/*.rs").await,
@@ -585,11 +581,6 @@ async fn glob_patterns(sb: &Sandbox) {
     assert_eq!(glob("/g/file?.md").await, ["/g/file1.md", "/g/file2.md"]);
     assert_eq!(glob("/g/file[2].md").await, ["/g/file2.md"]);
     assert!(glob("/nothing/*").await.is_empty());
-    let err = sb.p().glob(&sb.id, "relative/*").await.unwrap_err();
-    assert!(
-        matches!(err, ProviderError::InvalidRequest { .. }),
-        "{err:?}"
-    );
 }
 
 async fn read_errors(sb: &Sandbox) {
@@ -604,11 +595,6 @@ async fn read_errors(sb: &Sandbox) {
     );
     let err = sb.read("/r/missing").await.unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
-    let err = sb.write("/", b"x", 0o644).await.unwrap_err();
-    assert!(
-        matches!(err, ProviderError::InvalidRequest { .. }),
-        "{err:?}"
-    );
 }
 
 async fn logs_answer(sb: &Sandbox) {

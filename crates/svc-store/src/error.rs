@@ -26,6 +26,16 @@ pub enum StoreError {
     /// The store was closed.
     #[error("store is closed")]
     Closed,
+    /// The database cannot serve now (locked past the busy timeout, cannot open, disk full);
+    /// retrying later may succeed.
+    #[error("database unavailable during {operation}")]
+    Unavailable {
+        /// The store method.
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
     /// The database failed.
     #[error("database error during {operation}")]
     Backend {
@@ -43,8 +53,28 @@ pub enum StoreError {
     },
 }
 
+/// The one classification of store failures for callers: a taken key is a conflict, a store
+/// that cannot serve is 503, anything else is internal (its source kept for the log).
 impl From<StoreError> for svc_core::Error {
     fn from(err: StoreError) -> Self {
-        svc_core::Error::internal("accessing the store", err)
+        use svc_core::error::Resource;
+        match err {
+            StoreError::Conflict { entity, key } => svc_core::Error::AlreadyExists {
+                resource: match entity {
+                    "template" => Resource::Template,
+                    "lease" => Resource::Lease,
+                    _ => Resource::Sandbox,
+                },
+                id: key,
+            },
+            StoreError::Closed | StoreError::Unavailable { .. } => {
+                svc_core::Error::StoreUnavailable {
+                    source: Box::new(err),
+                }
+            }
+            StoreError::Corrupt { .. }
+            | StoreError::Backend { .. }
+            | StoreError::Migration { .. } => svc_core::Error::internal("accessing the store", err),
+        }
     }
 }

@@ -23,4 +23,6 @@ pub struct SandboxFilter {
     pub provider: Option<String>,
     /// Exact tenant.
     pub tenant_id: Option<String>,
+    /// Exact worker.
+    pub worker_id: Option<String>,
 }

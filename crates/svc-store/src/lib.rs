@@ -9,12 +9,32 @@ pub mod sqlite;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use svc_core::sandbox::Sandbox;
+use svc_core::admission::{AdmitOutcome, CapacityLimits};
+use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::{SandboxId, Timestamp};
 
 pub use error::StoreError;
 pub use filter::{SandboxFilter, StateFilter};
+
+/// The two ways a sandbox ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndedState {
+    /// Removed on purpose (request, expiry, prune) or found gone.
+    Destroyed,
+    /// Failed (a spawn that did not complete, a provider failure).
+    Error,
+}
+
+impl EndedState {
+    /// The sandbox state it gives.
+    pub fn state(self) -> svc_core::sandbox::SandboxState {
+        match self {
+            EndedState::Destroyed => svc_core::sandbox::SandboxState::Destroyed,
+            EndedState::Error => svc_core::sandbox::SandboxState::Error,
+        }
+    }
+}
 
 /// Result alias for store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -28,8 +48,33 @@ pub trait Store: Send + Sync + 'static {
     /// Round-trips a trivial query; returns how long it took.
     async fn ping(&self) -> StoreResult<Duration>;
 
-    /// Saves a new sandbox. An existing ID is a [`StoreError::Conflict`].
+    /// Saves a new sandbox as it is. An existing ID is a [`StoreError::Conflict`].
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()>;
+
+    /// Admission and record in one write transaction: counts the sandboxes holding a runtime
+    /// (`creating`, `running`), globally and for the sandbox's owner, checks them against
+    /// `limits`, and inserts `sandbox` (in state `creating`) only when they allow it. Concurrent
+    /// calls are serialised, so they never admit past a limit.
+    async fn admit_sandbox(
+        &self,
+        sandbox: &Sandbox,
+        limits: CapacityLimits,
+    ) -> StoreResult<AdmitOutcome>;
+
+    /// Moves a `creating` sandbox to `running`. Returns the updated record, or `None` when it
+    /// is not (or no longer) `creating`.
+    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>>;
+
+    /// Ends a sandbox that has not ended: `state` is `destroyed` or `error`, with the reason
+    /// and message of `ending`. Returns the updated record, or `None` when it does not exist or
+    /// has already ended (so exactly one caller wins).
+    async fn end_sandbox(
+        &self,
+        id: &SandboxId,
+        state: EndedState,
+        ending: &Ending,
+        at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>>;
 
     /// One sandbox, in any state.
     async fn get_sandbox(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>>;
@@ -37,32 +82,25 @@ pub trait Store: Send + Sync + 'static {
     /// Sandboxes matching `filter`, newest first.
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>>;
 
-    /// Number of sandboxes that are not destroyed, optionally of one owner.
+    /// Number of sandboxes holding a runtime (`creating`, `running`), optionally of one owner.
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64>;
 
-    /// Number of sandboxes that are not destroyed on one provider.
+    /// Number of sandboxes holding a runtime on one provider.
     async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64>;
 
-    /// Moves a sandbox that is not yet destroyed to `destroyed`. Returns the updated record, or
-    /// `None` when it does not exist or was already destroyed (so exactly one caller wins).
-    async fn mark_sandbox_destroyed(
-        &self,
-        id: &SandboxId,
-        at: Timestamp,
-    ) -> StoreResult<Option<Sandbox>>;
-
-    /// Sets `expires_at` of a sandbox that is not destroyed. Returns the updated record, or `None`
-    /// when there is no such active sandbox.
+    /// Sets `expires_at` of a `running` sandbox. Returns the updated record, or `None` when
+    /// there is no such running sandbox.
     async fn set_sandbox_expiry(
         &self,
         id: &SandboxId,
         expires_at: Timestamp,
     ) -> StoreResult<Option<Sandbox>>;
 
-    /// Active sandboxes whose `expires_at` is at or before `now`, oldest expiry first.
+    /// `running` sandboxes whose `expires_at` is at or before `now`, oldest expiry first.
     async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>>;
 
-    /// Deletes destroyed records destroyed before `cutoff`; returns how many.
+    /// Deletes records of sandboxes that ended (`destroyed`, `error`) before `cutoff`; returns
+    /// how many.
     async fn purge_destroyed_before(&self, cutoff: Timestamp) -> StoreResult<u64>;
 
     /// Saves a new template. An existing name is a [`StoreError::Conflict`].

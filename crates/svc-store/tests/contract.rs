@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
+use svc_core::admission::{AdmitOutcome, CapacityLimits};
 use svc_core::clock::add_duration;
-use svc_core::sandbox::{Sandbox, SandboxState};
+use svc_core::error::LimitReason;
+use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
 use svc_core::{GoDuration, SandboxId, Timestamp};
 use svc_store::sqlite::SqliteStore;
-use svc_store::{SandboxFilter, StateFilter, Store, StoreError};
+use svc_store::{EndedState, SandboxFilter, StateFilter, Store, StoreError};
 
 /// A backend under test and whatever keeps it alive (temporary directories).
 struct Backend {
@@ -67,8 +69,23 @@ fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
         template: None,
         network: Some("bridge".into()),
         destroyed_at: None,
+        state_reason: None,
+        state_message: None,
         env: BTreeMap::from([("A".into(), "1".into())]),
     }
+}
+
+/// Ends `id` as destroyed by request at `at`.
+async fn destroy(store: &dyn Store, id: &SandboxId, at: Timestamp) -> Option<Sandbox> {
+    store
+        .end_sandbox(
+            id,
+            EndedState::Destroyed,
+            &Ending::because(StateReason::DestroyedByRequest),
+            at,
+        )
+        .await
+        .unwrap()
 }
 
 fn template(name: &str) -> Template {
@@ -113,7 +130,7 @@ async fn list_filters_and_orders_newest_first(store: &dyn Store) {
     for sb in [&a, &b, &c] {
         store.insert_sandbox(sb).await.unwrap();
     }
-    store.mark_sandbox_destroyed(&b.id, at(4)).await.unwrap();
+    destroy(store, &b.id, at(4)).await;
     let ids = |list: Vec<Sandbox>| list.into_iter().map(|s| s.id).collect::<Vec<_>>();
     let all_active = store
         .list_sandboxes(&SandboxFilter::default())
@@ -177,24 +194,16 @@ async fn list_filters_and_orders_newest_first(store: &dyn Store) {
 async fn destroy_happens_once(store: &dyn Store) {
     let sb = sandbox("", "mock", at(0));
     store.insert_sandbox(&sb).await.unwrap();
-    let destroyed = store
-        .mark_sandbox_destroyed(&sb.id, at(10))
-        .await
-        .unwrap()
-        .unwrap();
+    let destroyed = destroy(store, &sb.id, at(10)).await.unwrap();
     assert_eq!(destroyed.state, SandboxState::Destroyed);
     assert_eq!(destroyed.destroyed_at, Some(at(10)));
     assert_eq!(
-        store.mark_sandbox_destroyed(&sb.id, at(11)).await.unwrap(),
-        None
+        destroyed.state_reason,
+        Some(StateReason::DestroyedByRequest)
     );
-    assert_eq!(
-        store
-            .mark_sandbox_destroyed(&SandboxId::generate(), at(11))
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(destroyed.state_message.as_deref(), Some(""));
+    assert_eq!(destroy(store, &sb.id, at(11)).await, None);
+    assert_eq!(destroy(store, &SandboxId::generate(), at(11)).await, None);
     assert_eq!(
         store
             .get_sandbox(&sb.id)
@@ -233,13 +242,29 @@ async fn expiry_and_purge(store: &dyn Store) {
         .await
         .unwrap()
         .is_empty());
-    store
-        .mark_sandbox_destroyed(&early.id, at(100))
+    destroy(store, &early.id, at(100)).await;
+    let failed = creating("", at(0));
+    store.insert_sandbox(&failed).await.unwrap();
+    let failed = store
+        .end_sandbox(
+            &failed.id,
+            EndedState::Error,
+            &Ending {
+                reason: StateReason::SpawnFailed,
+                message: "engine said no".into(),
+            },
+            at(100),
+        )
         .await
+        .unwrap()
         .unwrap();
+    assert_eq!(failed.state, SandboxState::Error);
+    assert_eq!(failed.destroyed_at, None, "only destroyed ones carry it");
+    assert_eq!(failed.state_message.as_deref(), Some("engine said no"));
     assert_eq!(store.purge_destroyed_before(at(100)).await.unwrap(), 0);
-    assert_eq!(store.purge_destroyed_before(at(101)).await.unwrap(), 1);
+    assert_eq!(store.purge_destroyed_before(at(101)).await.unwrap(), 2);
     assert_eq!(store.get_sandbox(&early.id).await.unwrap(), None);
+    assert_eq!(store.get_sandbox(&failed.id).await.unwrap(), None);
     assert!(
         store.get_sandbox(&late.id).await.unwrap().is_some(),
         "running sandboxes are never purged"
@@ -291,14 +316,143 @@ async fn concurrent_writes_are_all_kept(store: &dyn Store) {
     let sandboxes: Vec<_> = (0..64).map(|i| sandbox("", "mock", at(i))).collect();
     futures_join_all(sandboxes.iter().map(|sb| store.insert_sandbox(sb))).await;
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 64);
+    let expired = Ending::because(StateReason::Expired);
     let destroyed = futures_join_all(
         sandboxes
             .iter()
-            .map(|sb| store.mark_sandbox_destroyed(&sb.id, at(100))),
+            .map(|sb| store.end_sandbox(&sb.id, EndedState::Destroyed, &expired, at(100))),
     )
     .await;
     assert_eq!(destroyed.into_iter().filter(|r| r.is_some()).count(), 64);
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 0);
+}
+
+fn creating(owner: &str, created: Timestamp) -> Sandbox {
+    Sandbox {
+        state: SandboxState::Creating,
+        ..sandbox(owner, "mock", created)
+    }
+}
+
+async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
+    let limits = CapacityLimits {
+        max_sandboxes: 3,
+        max_owner_sandboxes: 2,
+    };
+    let a1 = creating("alice", at(1));
+    assert_eq!(
+        store.admit_sandbox(&a1, limits).await.unwrap(),
+        AdmitOutcome::Admitted
+    );
+    assert_eq!(
+        store.get_sandbox(&a1.id).await.unwrap().unwrap().state,
+        SandboxState::Creating,
+        "recorded as creating"
+    );
+    let a2 = creating("alice", at(2));
+    store.admit_sandbox(&a2, limits).await.unwrap();
+    let a3 = creating("alice", at(3));
+    match store.admit_sandbox(&a3, limits).await.unwrap() {
+        AdmitOutcome::Denied(denial) => {
+            assert_eq!(denial.reason, LimitReason::MaxOwnerSandboxes);
+            assert_eq!((denial.active, denial.limit), (2, 2));
+        }
+        other => panic!("expected the owner limit, got {other:?}"),
+    }
+    assert_eq!(
+        store.get_sandbox(&a3.id).await.unwrap(),
+        None,
+        "nothing written"
+    );
+    store
+        .admit_sandbox(&creating("", at(4)), limits)
+        .await
+        .unwrap();
+    match store
+        .admit_sandbox(&creating("bob", at(5)), limits)
+        .await
+        .unwrap()
+    {
+        AdmitOutcome::Denied(denial) => assert_eq!(denial.reason, LimitReason::MaxSandboxes),
+        other => panic!("expected the global limit, got {other:?}"),
+    }
+    // Ended sandboxes free capacity; creating ones hold it like running ones.
+    let running = store.mark_sandbox_running(&a1.id).await.unwrap().unwrap();
+    assert_eq!(running.state, SandboxState::Running);
+    assert_eq!(store.mark_sandbox_running(&a1.id).await.unwrap(), None);
+    store
+        .end_sandbox(
+            &a2.id,
+            EndedState::Error,
+            &Ending::because(StateReason::SpawnFailed),
+            at(6),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .admit_sandbox(&creating("bob", at(7)), limits)
+            .await
+            .unwrap(),
+        AdmitOutcome::Admitted
+    );
+    let err = store
+        .admit_sandbox(&a1, CapacityLimits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+}
+
+async fn concurrent_admission_never_over_admits(store: &dyn Store) {
+    let limits = CapacityLimits {
+        max_sandboxes: 5,
+        max_owner_sandboxes: 0,
+    };
+    let candidates: Vec<_> = (0..40).map(|i| creating("x", at(i))).collect();
+    let outcomes =
+        futures_join_all(candidates.iter().map(|sb| store.admit_sandbox(sb, limits))).await;
+    let admitted = outcomes
+        .iter()
+        .filter(|o| **o == AdmitOutcome::Admitted)
+        .count();
+    assert_eq!(admitted, 5);
+    assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 5);
+}
+
+async fn worker_and_state_filters(store: &dyn Store) {
+    let mine = creating("", at(1));
+    let mut theirs = creating("", at(2));
+    theirs.worker_id = Some("w2".into());
+    store.insert_sandbox(&mine).await.unwrap();
+    store.insert_sandbox(&theirs).await.unwrap();
+    let filter = SandboxFilter {
+        state: StateFilter::Only(SandboxState::Creating),
+        worker_id: Some("local".into()),
+        ..SandboxFilter::default()
+    };
+    let found: Vec<_> = store
+        .list_sandboxes(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(found, vec![mine.id.clone()]);
+    assert!(
+        store
+            .set_sandbox_expiry(&mine.id, at(99))
+            .await
+            .unwrap()
+            .is_none(),
+        "a creating sandbox cannot be extended yet"
+    );
+    assert!(store
+        .list_expired_sandboxes(at(100_000))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn ping_answers(store: &dyn Store) {
@@ -342,6 +496,9 @@ macro_rules! all_cases {
                 expiry_and_purge,
                 template_crud,
                 concurrent_writes_are_all_kept,
+                admission_counts_and_records_in_one_write,
+                concurrent_admission_never_over_admits,
+                worker_and_state_filters,
                 ping_answers,
             );
         )*

@@ -69,10 +69,7 @@ pub async fn start_with_clock(
     let addr = listener
         .local_addr()
         .context("reading the listening address")?;
-    let providers = plane
-        .providers()
-        .summaries(std::time::Duration::ZERO, false)
-        .await;
+    let providers = plane.readiness().await.providers;
     let provider_list: Vec<String> = providers
         .iter()
         .map(|p| {
@@ -95,6 +92,18 @@ pub async fn start_with_clock(
             "none".to_owned()
         } else {
             provider_list.join(", ")
+        }
+    );
+    // Spawns a crash interrupted are settled before anyone can ask about them.
+    if let Err(err) = plane.recover_interrupted_spawns().await {
+        tracing::warn!(error = %err, "recovering interrupted spawns failed; they stay creating until the next start");
+    }
+    tracing::info!(
+        "authentication: {}",
+        if plane.auth_enabled() {
+            "API keys required"
+        } else {
+            "off (every caller is admin)"
         }
     );
     let loops = plane.start_background();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use svc_control::{ControlPlane, ControlPlaneParts, ProviderRegistry};
+use svc_control::{Authenticator, ControlPlane, ControlPlaneParts, ProviderRegistry};
 use svc_core::config::{Config, DatabaseDriver};
 use svc_core::Clock;
 use svc_provider::docker::DockerProvider;
@@ -36,6 +36,33 @@ fn mock_root(config: &Config) -> PathBuf {
     } else {
         configured.clone()
     }
+}
+
+/// Providers disabled for new spawns that still have sandboxes in the store: they stay
+/// reachable so those sandboxes can be destroyed, reaped and recovered.
+async fn retired_providers(
+    config: &Config,
+    store: &dyn Store,
+) -> anyhow::Result<Vec<Arc<dyn Provider>>> {
+    let mut retired: Vec<Arc<dyn Provider>> = Vec::new();
+    if !config.providers.docker.enabled && store.count_sandboxes_on_provider("docker").await? > 0 {
+        match DockerProvider::connect(config.providers.docker.clone()).await {
+            Ok(docker) => retired.push(Arc::new(docker)),
+            Err(err) => {
+                tracing::warn!(error = %err, "the disabled docker provider could not be set up to clean up its sandboxes");
+            }
+        }
+    }
+    if !config.providers.mock.enabled && store.count_sandboxes_on_provider("mock").await? > 0 {
+        retired.push(Arc::new(MockProvider::new(mock_root(config))));
+    }
+    for provider in &retired {
+        tracing::info!(
+            provider = provider.name(),
+            "provider is disabled for new spawns; it still destroys and reaps its sandboxes"
+        );
+    }
+    Ok(retired)
 }
 
 /// The enabled providers, in the order `docker`, `firecracker`, `mock`, and the default.
@@ -95,11 +122,18 @@ pub(crate) async fn control_plane(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ControlPlane> {
-    let providers = Arc::new(providers(&config, Arc::clone(&clock)).await?);
+    let authenticator = Authenticator::from_config(&config.auth)?;
+    let retired = retired_providers(&config, store.as_ref()).await?;
+    let providers = Arc::new(
+        providers(&config, Arc::clone(&clock))
+            .await?
+            .with_retired(retired),
+    );
     Ok(ControlPlane::new(ControlPlaneParts {
         config,
         store,
         providers,
         clock,
+        authenticator,
     }))
 }

@@ -13,7 +13,7 @@ use svc_core::Error;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::extract::ApiQuery;
+use crate::extract::{ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
 /// `GET /events` query.
@@ -35,6 +35,7 @@ struct EventsQuery {
         (status = 400, description = "Unknown event type", body = ErrorBody)))]
 async fn events(
     State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
@@ -51,7 +52,7 @@ async fn events(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or(query.last_event_id);
-    let subscription = plane.events().subscribe(filter, last_event_id.as_deref());
+    let subscription = plane.subscribe_events(&principal, filter, last_event_id.as_deref())?;
     let stream = crate::stream::sse::event_stream(subscription, plane.shutdown_token().clone());
     Ok(Sse::new(stream).keep_alive(crate::stream::sse::keep_alive()))
 }

@@ -112,7 +112,7 @@ async fn exec_ws(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     // Errors the caller can act on come as HTTP answers, before the upgrade.
-    plane.get_active_sandbox(&principal, &id).await?;
+    plane.check_exec_target(&principal, &id).await?;
     let upgrade = upgrade.map_err(|rejection| {
         svc_core::Error::invalid(
             "Upgrade",

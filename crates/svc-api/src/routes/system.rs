@@ -1,7 +1,5 @@
 //! `/health`, `/live`, `/ready`: never authenticated, never rate limited.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -76,19 +74,15 @@ async fn live(State(plane): State<ControlPlane>) -> Json<HealthBody> {
         (status = 200, description = "At least one provider is healthy", body = ReadyBody),
         (status = 503, description = "No configured provider is healthy", body = ReadyBody)))]
 async fn ready(State(plane): State<ControlPlane>) -> impl IntoResponse {
-    let providers = plane
-        .providers()
-        .summaries(Duration::from_secs(1), false)
-        .await;
-    let ready_providers = providers.iter().filter(|p| p.healthy).count();
-    let is_ready = ready_providers > 0;
+    let readiness = plane.readiness().await;
+    let is_ready = readiness.ready_providers > 0;
     let body = ReadyBody {
         status: if is_ready { "ready" } else { "not_ready" },
         version: version(),
         uptime: uptime(&plane),
-        ready_providers,
-        total_providers: providers.len(),
-        providers,
+        ready_providers: readiness.ready_providers,
+        total_providers: readiness.providers.len(),
+        providers: readiness.providers,
     };
     let status = if is_ready {
         StatusCode::OK

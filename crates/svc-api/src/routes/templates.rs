@@ -20,19 +20,23 @@ use crate::{ApiError, ErrorBody};
         (status = 409, description = "Name exists", body = ErrorBody)))]
 async fn create(
     State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<(StatusCode, Json<Template>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(plane.create_template(spec).await?),
+        Json(plane.create_template(&principal, spec).await?),
     ))
 }
 
 /// Every template, by name.
 #[utoipa::path(get, path = "/templates", tag = "templates",
     responses((status = 200, description = "Templates", body = Vec<Template>)))]
-async fn list(State(plane): State<ControlPlane>) -> Result<Json<Vec<Template>>, ApiError> {
-    Ok(Json(plane.list_templates().await?))
+async fn list(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+) -> Result<Json<Vec<Template>>, ApiError> {
+    Ok(Json(plane.list_templates(&principal).await?))
 }
 
 /// One template.
@@ -42,9 +46,10 @@ async fn list(State(plane): State<ControlPlane>) -> Result<Json<Vec<Template>>, 
         (status = 404, description = "No such template", body = ErrorBody)))]
 async fn get(
     State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Template>, ApiError> {
-    Ok(Json(plane.get_template(&name).await?))
+    Ok(Json(plane.get_template(&principal, &name).await?))
 }
 
 /// Replaces a template's fields.
@@ -56,10 +61,11 @@ async fn get(
         (status = 404, description = "No such template", body = ErrorBody)))]
 async fn update(
     State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
     Path(name): Path<String>,
     ApiJson(spec): ApiJson<TemplateSpec>,
 ) -> Result<Json<Template>, ApiError> {
-    Ok(Json(plane.update_template(&name, spec).await?))
+    Ok(Json(plane.update_template(&principal, &name, spec).await?))
 }
 
 /// Deletes a template.
@@ -69,9 +75,10 @@ async fn update(
         (status = 404, description = "No such template", body = ErrorBody)))]
 async fn delete(
     State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
     Path(name): Path<String>,
 ) -> Result<Json<StatusBody>, ApiError> {
-    plane.delete_template(&name).await?;
+    plane.delete_template(&principal, &name).await?;
     Ok(Json(StatusBody { status: "deleted" }))
 }
 

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rand::Rng;
 use serde_json::{Map, Value};
-use svc_core::event::{Event, EventType};
-use svc_core::Clock;
+use svc_core::event::{Event, EventPayload, EventType};
+use svc_core::{Clock, SandboxId};
 use tokio::sync::broadcast;
 
 use super::EventFilter;
@@ -81,18 +81,23 @@ impl EventBus {
         }
     }
 
-    /// Publishes an event about `sandbox_id` (empty for none) and returns it.
-    pub fn publish(
+    /// Publishes `payload` about `sandbox_id` (if any) and returns the event.
+    pub fn publish(&self, sandbox_id: Option<&SandboxId>, payload: EventPayload) -> Arc<Event> {
+        let event_type = payload.event_type();
+        self.publish_raw(event_type, sandbox_id, Some(payload.into_data()))
+    }
+
+    fn publish_raw(
         &self,
         event_type: EventType,
-        sandbox_id: &str,
+        sandbox_id: Option<&SandboxId>,
         data: Option<Map<String, Value>>,
     ) -> Arc<Event> {
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed) + 1;
         let event = Arc::new(Event {
             id: format!("ev-{}-{sequence:010}", self.instance),
             event_type,
-            sandbox_id: sandbox_id.to_owned(),
+            sandbox_id: sandbox_id.cloned(),
             timestamp: self.clock.now(),
             data,
         });
@@ -107,7 +112,7 @@ impl EventBus {
         drop(history);
         tracing::debug!(
             event_type = event_type.as_str(),
-            sandbox_id,
+            sandbox_id = sandbox_id.map(SandboxId::as_str),
             "event published"
         );
         event
@@ -174,19 +179,23 @@ mod tests {
         EventBus::new(capacity, Arc::new(SystemClock))
     }
 
+    fn id(n: u8) -> SandboxId {
+        SandboxId::parse(&format!("sb-{n:016x}")).unwrap()
+    }
+
     #[tokio::test]
     async fn live_events_are_filtered() {
         let bus = bus(10);
         let mut sub = bus.subscribe(
             EventFilter {
                 types: [EventType::SandboxDestroyed].into(),
-                sandbox_id: Some("sb-b".into()),
+                sandbox_id: Some(id(2).to_string()),
             },
             None,
         );
-        bus.publish(EventType::SandboxCreated, "sb-b", None);
-        bus.publish(EventType::SandboxDestroyed, "sb-a", None);
-        let wanted = bus.publish(EventType::SandboxDestroyed, "sb-b", None);
+        bus.publish_raw(EventType::SandboxCreated, Some(&id(2)), None);
+        bus.publish_raw(EventType::SandboxDestroyed, Some(&id(1)), None);
+        let wanted = bus.publish_raw(EventType::SandboxDestroyed, Some(&id(2)), None);
         assert_eq!(sub.next().await.unwrap().id, wanted.id);
     }
 
@@ -194,7 +203,11 @@ mod tests {
     async fn replays_after_last_event_id_and_bounds_history() {
         let bus = bus(3);
         let ids: Vec<_> = (0..5)
-            .map(|_| bus.publish(EventType::SandboxCreated, "", None).id.clone())
+            .map(|_| {
+                bus.publish_raw(EventType::SandboxCreated, None, None)
+                    .id
+                    .clone()
+            })
             .collect();
         assert_eq!(bus.stats().history_size, 3);
         assert_eq!(bus.stats().events_total, 5);
@@ -205,7 +218,7 @@ mod tests {
         for expected in &ids[2..] {
             assert_eq!(&sub.next().await.unwrap().id, expected);
         }
-        let live = bus.publish(EventType::SandboxRunning, "", None);
+        let live = bus.publish_raw(EventType::SandboxRunning, None, None);
         assert_eq!(sub.next().await.unwrap().id, live.id);
     }
 

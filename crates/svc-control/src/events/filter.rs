@@ -33,6 +33,6 @@ impl EventFilter {
             && self
                 .sandbox_id
                 .as_deref()
-                .is_none_or(|id| id == event.sandbox_id)
+                .is_none_or(|id| event.sandbox_id.as_ref().is_some_and(|s| s.as_str() == id))
     }
 }

@@ -7,3 +7,27 @@ mod filter;
 
 pub use bus::{EventBus, EventStats, Subscription};
 pub use filter::EventFilter;
+
+use svc_core::access::Action;
+use svc_core::Error;
+
+use crate::{ControlPlane, Principal};
+
+impl ControlPlane {
+    /// `GET /events`: a subscription, live once this returns; with `last_event_id`, newer
+    /// history is replayed first.
+    pub fn subscribe_events(
+        &self,
+        principal: &Principal,
+        filter: EventFilter,
+        last_event_id: Option<&str>,
+    ) -> Result<Subscription, Error> {
+        self.authorize(principal, Action::ReadEvents)?;
+        Ok(self.events().subscribe(filter, last_event_id))
+    }
+
+    /// Event counters (diagnostics).
+    pub fn event_stats(&self) -> EventStats {
+        self.events().stats()
+    }
+}

@@ -66,6 +66,9 @@ pub struct DefaultsConfig {
     pub reap_interval: GoDuration,
     /// How long destroyed records stay readable.
     pub destroyed_retention: GoDuration,
+    /// How long a provider may take to create a runtime (image pull included) before the spawn
+    /// fails and is rolled back.
+    pub spawn_timeout: GoDuration,
 }
 
 impl Default for DefaultsConfig {
@@ -85,6 +88,7 @@ impl Default for DefaultsConfig {
             max_spawn_queue: 100,
             reap_interval: GoDuration::from_secs(10),
             destroyed_retention: GoDuration::from_secs(24 * 60 * 60),
+            spawn_timeout: GoDuration::from_secs(5 * 60),
         }
     }
 }

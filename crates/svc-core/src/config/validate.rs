@@ -197,6 +197,7 @@ impl Config {
             p.positive_duration(defaults.spawn_queue_timeout, "defaults.spawn_queue_timeout");
         }
         p.positive_duration(defaults.reap_interval, "defaults.reap_interval");
+        p.positive_duration(defaults.spawn_timeout, "defaults.spawn_timeout");
     }
 
     fn validate_auth(&self, p: &mut Problems) {
@@ -204,8 +205,8 @@ impl Config {
         if auth.enabled {
             p.check(
                 !auth.api_key.is_empty() || !auth.admin_api_key.is_empty(),
-                "auth.enabled",
-                || "is true but neither auth.api_key nor auth.admin_api_key is set".to_owned(),
+                "auth.api_key",
+                || "is required when auth.enabled is true (or set auth.admin_api_key)".to_owned(),
             );
         }
         for (worker_id, token) in &auth.worker_tokens {
@@ -574,7 +575,7 @@ mod tests {
                 |c| c.defaults.default_exec_timeout = GoDuration::from_secs(3600),
                 "defaults.default_exec_timeout",
             ),
-            (|c| c.auth.enabled = true, "auth.enabled"),
+            (|c| c.auth.enabled = true, "auth.api_key"),
             (
                 |c| c.providers.default = "dokcer".to_owned(),
                 "providers.default",

@@ -267,7 +267,7 @@ pub(super) async fn start(
                 tty: Some(tty),
                 env: Some(env),
                 cmd: Some(cmd),
-                working_dir: spec.workdir.clone(),
+                working_dir: spec.workdir.as_ref().map(|p| p.as_str().to_owned()),
                 user: user.map(str::to_owned),
                 ..Default::default()
             },

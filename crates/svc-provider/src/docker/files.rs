@@ -13,8 +13,8 @@ use svc_core::path::SandboxPath;
 
 use super::errors::{engine_error, status_of};
 use super::tar::{upload_archive, EntryKind, TarReader};
-use crate::glob::SandboxGlob;
 use crate::{ByteStream, FileInfo, ProviderError};
+use svc_core::glob::SandboxGlob;
 
 /// Symlinks followed when reading, before giving up.
 const MAX_SYMLINKS: usize = 16;
@@ -101,11 +101,6 @@ pub(super) async fn write(
     mode: u32,
     mut content: ByteStream,
 ) -> Result<(), ProviderError> {
-    if path.is_root() {
-        return Err(ProviderError::InvalidRequest {
-            message: "/: is a directory".into(),
-        });
-    }
     if let Some(existing) = stat_raw(docker, container, path).await? {
         if existing.file_mode & GO_MODE_DIR != 0 {
             return Err(ProviderError::InvalidRequest {
@@ -364,11 +359,6 @@ pub(super) async fn delete(
     path: &SandboxPath,
     recursive: bool,
 ) -> Result<(), ProviderError> {
-    if path.is_root() {
-        return Err(ProviderError::InvalidRequest {
-            message: "refusing to delete /".into(),
-        });
-    }
     let flag = if recursive { "1" } else { "0" };
     script(
         docker,
@@ -389,11 +379,6 @@ pub(super) async fn rename(
     from: &SandboxPath,
     to: &SandboxPath,
 ) -> Result<(), ProviderError> {
-    if from.is_root() || to.is_root() {
-        return Err(ProviderError::InvalidRequest {
-            message: "cannot move / or onto /".into(),
-        });
-    }
     script(
         docker,
         container,
@@ -430,9 +415,8 @@ pub(super) async fn glob(
     docker: &Docker,
     container: &str,
     sandbox_id: &str,
-    pattern: &str,
+    glob: &SandboxGlob,
 ) -> Result<Vec<String>, ProviderError> {
-    let glob = SandboxGlob::new(pattern)?;
     if glob.max_depth == Some(0) {
         let exists = stat_raw(docker, container, &glob.base).await?.is_some();
         return Ok(if exists && glob.is_match(glob.base.as_str()) {

@@ -21,6 +21,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures::StreamExt;
 use svc_core::config::DockerProviderConfig;
+use svc_core::glob::SandboxGlob;
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, SandboxId};
 
@@ -392,12 +393,9 @@ impl Provider for DockerProvider {
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         let container = container_name(id);
-        if let Some(workdir) = &spec.workdir {
+        if let Some(path) = &spec.workdir {
             // The engine would start the command and fail inside; refuse clearly instead.
-            let path = SandboxPath::parse(workdir).map_err(|e| ProviderError::InvalidRequest {
-                message: format!("workdir: {e}"),
-            })?;
-            match files::stat(&self.client().await?, &container, &path).await {
+            match files::stat(&self.client().await?, &container, path).await {
                 Ok(info) if info.is_dir => {}
                 Ok(_) => {
                     return Err(ProviderError::InvalidRequest {
@@ -517,7 +515,11 @@ impl Provider for DockerProvider {
         files::stat(&self.client().await?, &container_name(id), path).await
     }
 
-    async fn glob(&self, id: &SandboxId, pattern: &str) -> Result<Vec<String>, ProviderError> {
+    async fn glob(
+        &self,
+        id: &SandboxId,
+        pattern: &SandboxGlob,
+    ) -> Result<Vec<String>, ProviderError> {
         files::glob(
             &self.client().await?,
             &container_name(id),

@@ -13,8 +13,8 @@ use svc_core::path::SandboxPath;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::ReaderStream;
 
-use crate::glob::SandboxGlob;
 use crate::{ByteStream, FileInfo, ProviderError};
+use svc_core::glob::SandboxGlob;
 
 /// Maps an I/O error on `path` to the provider's typed errors.
 pub(super) fn io_error(path: &SandboxPath, err: &std::io::Error) -> ProviderError {
@@ -97,11 +97,6 @@ pub(super) async fn write(
     mode: u32,
     mut content: ByteStream,
 ) -> Result<(), ProviderError> {
-    if path.is_root() {
-        return Err(ProviderError::InvalidRequest {
-            message: "/: is a directory".into(),
-        });
-    }
     let target = path.clone();
     let (root, file) = blocking(move || {
         let root = open_root(&sandbox_dir)?;
@@ -161,11 +156,6 @@ pub(super) async fn delete(
     path: SandboxPath,
     recursive: bool,
 ) -> Result<(), ProviderError> {
-    if path.is_root() {
-        return Err(ProviderError::InvalidRequest {
-            message: "refusing to delete /".into(),
-        });
-    }
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
         let metadata = root
@@ -209,11 +199,6 @@ pub(super) async fn rename(
     from: SandboxPath,
     to: SandboxPath,
 ) -> Result<(), ProviderError> {
-    if from.is_root() || to.is_root() {
-        return Err(ProviderError::InvalidRequest {
-            message: "cannot move / or onto /".into(),
-        });
-    }
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
         root.symlink_metadata(rel(&from))
@@ -294,9 +279,8 @@ fn walk(
 
 pub(super) async fn glob(
     sandbox_dir: PathBuf,
-    pattern: String,
+    glob: SandboxGlob,
 ) -> Result<Vec<String>, ProviderError> {
-    let glob = SandboxGlob::new(&pattern)?;
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
         let mut matches = Vec::new();

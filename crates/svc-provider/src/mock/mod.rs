@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use svc_core::{Capability, SandboxId};
 
+use svc_core::glob::SandboxGlob;
 use svc_core::path::SandboxPath;
 use tokio::io::AsyncWriteExt;
 
@@ -82,14 +83,11 @@ impl MockProvider {
     async fn workdir(
         &self,
         sandbox_dir: &Path,
-        workdir: Option<&str>,
+        workdir: Option<&SandboxPath>,
     ) -> Result<PathBuf, ProviderError> {
-        let Some(workdir) = workdir else {
+        let Some(path) = workdir else {
             return Ok(sandbox_dir.to_path_buf());
         };
-        let path = SandboxPath::parse(workdir).map_err(|e| ProviderError::InvalidRequest {
-            message: format!("workdir: {e}"),
-        })?;
         let info = files::stat(sandbox_dir.to_path_buf(), path.clone())
             .await
             .map_err(|e| match e {
@@ -140,7 +138,10 @@ impl MockProvider {
 
 async fn remove_if_present(result: std::io::Result<()>) -> Result<(), ProviderError> {
     match result {
-        Err(err) if err.kind() != ErrorKind::NotFound => Err(err.into()),
+        // A path below something that is not a directory cannot exist either.
+        Err(err) if !matches!(err.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            Err(err.into())
+        }
         _ => Ok(()),
     }
 }
@@ -254,7 +255,7 @@ impl Provider for MockProvider {
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         let dir = self.existing_dir(id).await?;
-        let workdir = self.workdir(&dir, spec.workdir.as_deref()).await?;
+        let workdir = self.workdir(&dir, spec.workdir.as_ref()).await?;
         self.log_line(id, &format!("$ {}", spec.argv.join(" ")))
             .await;
         exec::start(&dir, &workdir, &spec)
@@ -317,8 +318,12 @@ impl Provider for MockProvider {
         files::stat(self.existing_dir(id).await?, path.clone()).await
     }
 
-    async fn glob(&self, id: &SandboxId, pattern: &str) -> Result<Vec<String>, ProviderError> {
-        files::glob(self.existing_dir(id).await?, pattern.to_owned()).await
+    async fn glob(
+        &self,
+        id: &SandboxId,
+        pattern: &SandboxGlob,
+    ) -> Result<Vec<String>, ProviderError> {
+        files::glob(self.existing_dir(id).await?, pattern.clone()).await
     }
 }
 
@@ -404,13 +409,16 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
         assert!(
-            mock.glob(&spec.id, "/abs/*").await.unwrap().is_empty(),
+            mock.glob(&spec.id, &SandboxGlob::new("/abs/*").unwrap())
+                .await
+                .unwrap()
+                .is_empty(),
             "glob does not follow symlinks"
         );
         let mut exec = ExecSpec {
             argv: vec!["pwd".into()],
             env: BTreeMap::new(),
-            workdir: Some("/abs".into()),
+            workdir: Some(SandboxPath::parse("/abs").unwrap()),
             tty: None,
             stdin: false,
         };

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::DateTime;
 use rusqlite::{ErrorCode, Row, ToSql};
-use svc_core::sandbox::{Metadata, Sandbox, SandboxState};
+use svc_core::sandbox::{Metadata, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
 use svc_core::{GoDuration, SandboxId, Timestamp};
 
@@ -14,7 +14,10 @@ use crate::{StoreError, StoreResult};
 pub(super) const SANDBOX_COLUMNS: &str =
     "id, state, provider, image, memory_mb, vcpus, created_at, \
     expires_at, destroyed_at, metadata, env, preview_domain, worker_id, tenant_id, owner_id, \
-    template, network";
+    template, network, state_reason, state_message";
+
+/// How many columns [`SANDBOX_COLUMNS`] names (and [`SandboxRow::params`] binds).
+pub(super) const SANDBOX_COLUMN_COUNT: usize = 19;
 
 pub(super) const TEMPLATE_COLUMNS: &str =
     "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at";
@@ -32,9 +35,21 @@ fn timestamp(entity: &'static str, key: &str, value: i64) -> StoreResult<Timesta
 }
 
 pub(super) fn backend(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + Copy {
-    move |err| StoreError::Backend {
-        operation,
-        source: err.into(),
+    move |err| match err.sqlite_error_code() {
+        Some(
+            ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::CannotOpen
+            | ErrorCode::DiskFull
+            | ErrorCode::ReadOnly,
+        ) => StoreError::Unavailable {
+            operation,
+            source: err.into(),
+        },
+        _ => StoreError::Backend {
+            operation,
+            source: err.into(),
+        },
     }
 }
 
@@ -98,6 +113,8 @@ pub(super) struct SandboxRow {
     owner_id: String,
     template: Option<String>,
     network: Option<String>,
+    state_reason: Option<String>,
+    state_message: Option<String>,
 }
 
 impl SandboxRow {
@@ -120,10 +137,12 @@ impl SandboxRow {
             owner_id: sandbox.owner_id.clone(),
             template: sandbox.template.clone(),
             network: sandbox.network.clone(),
+            state_reason: sandbox.state_reason.map(|r| r.as_str().to_owned()),
+            state_message: sandbox.state_message.clone(),
         })
     }
 
-    pub(super) fn params(&self) -> [&dyn ToSql; 17] {
+    pub(super) fn params(&self) -> [&dyn ToSql; SANDBOX_COLUMN_COUNT] {
         [
             &self.id,
             &self.state,
@@ -142,6 +161,8 @@ impl SandboxRow {
             &self.owner_id,
             &self.template,
             &self.network,
+            &self.state_reason,
+            &self.state_message,
         ]
     }
 
@@ -164,6 +185,8 @@ impl SandboxRow {
             owner_id: row.get(14)?,
             template: row.get(15)?,
             network: row.get(16)?,
+            state_reason: row.get(17)?,
+            state_message: row.get(18)?,
         })
     }
 
@@ -197,6 +220,14 @@ impl SandboxRow {
             owner_id: self.owner_id,
             template: self.template,
             network: self.network,
+            state_reason: self
+                .state_reason
+                .map(|r| {
+                    StateReason::parse(&r)
+                        .ok_or_else(|| corrupt(format!("unknown state reason {r:?}")))
+                })
+                .transpose()?,
+            state_message: self.state_message,
         })
     }
 }

@@ -7,10 +7,16 @@ use super::codec::backend;
 use crate::{StoreError, StoreResult};
 
 /// `(version, sql)`, in order; versions are 1-based and dense.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    include_str!("../../migrations/sqlite/0001_sandboxes_templates.sql"),
-)];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        include_str!("../../migrations/sqlite/0001_sandboxes_templates.sql"),
+    ),
+    (
+        2,
+        include_str!("../../migrations/sqlite/0002_sandbox_lifecycle.sql"),
+    ),
+];
 
 pub(super) fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |(version, _)| *version)

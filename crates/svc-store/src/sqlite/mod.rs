@@ -6,16 +6,17 @@ mod connections;
 mod migrate;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension};
-use svc_core::sandbox::{Sandbox, SandboxState};
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use svc_core::admission::{AdmitOutcome, CapacityLimits};
+use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::{SandboxId, Timestamp};
 
-use crate::{SandboxFilter, StateFilter, Store, StoreError, StoreResult};
+use crate::{EndedState, SandboxFilter, StateFilter, Store, StoreError, StoreResult};
 use codec::{micros, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
 use connections::Connections;
 
@@ -60,7 +61,35 @@ const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
      AND (:owner IS NULL OR owner_id = :owner) \
      AND (:provider IS NULL OR provider = :provider) \
      AND (:tenant IS NULL OR tenant_id = :tenant) \
+     AND (:worker IS NULL OR worker_id = :worker) \
      ORDER BY created_at DESC, id DESC";
+
+/// The states that hold a runtime and so count toward capacity.
+const HOLDS_RUNTIME: &str = "state IN ('creating', 'running')";
+
+static INSERT_SANDBOX: LazyLock<String> = LazyLock::new(|| {
+    let placeholders: Vec<String> = (1..=codec::SANDBOX_COLUMN_COUNT)
+        .map(|i| format!("?{i}"))
+        .collect();
+    format!(
+        "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES ({})",
+        placeholders.join(", ")
+    )
+});
+
+fn count_holding(
+    conn: &rusqlite::Connection,
+    operation: &'static str,
+    owner_id: Option<&str>,
+) -> StoreResult<u64> {
+    let count: i64 = conn
+        .prepare_cached(&format!(
+            "SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME} AND (?1 IS NULL OR owner_id = ?1)"
+        ))
+        .and_then(|mut stmt| stmt.query_row([owner_id], |row| row.get(0)))
+        .map_err(codec::backend(operation))?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
 
 /// Decodes every row of a query into its domain value.
 fn collect<R, T>(
@@ -93,12 +122,111 @@ impl Store for SqliteStore {
         let row = codec::SandboxRow::from_domain(sandbox)?;
         self.connections
             .write("insert_sandbox", move |conn| {
-                conn.execute(
-                    &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
-                    row.params(),
-                )
-                .map_err(codec::conflict_or_backend("insert_sandbox", "sandbox", &row.id))?;
+                conn.prepare_cached(&INSERT_SANDBOX)
+                    .and_then(|mut stmt| stmt.execute(row.params()))
+                    .map_err(codec::conflict_or_backend(
+                        "insert_sandbox",
+                        "sandbox",
+                        &row.id,
+                    ))?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn admit_sandbox(
+        &self,
+        sandbox: &Sandbox,
+        limits: CapacityLimits,
+    ) -> StoreResult<AdmitOutcome> {
+        const OP: &str = "admit_sandbox";
+        let row = codec::SandboxRow::from_domain(sandbox)?;
+        let owner = (!sandbox.owner_id.is_empty()).then(|| sandbox.owner_id.clone());
+        self.connections
+            .write(OP, move |conn| {
+                // IMMEDIATE takes the write lock before counting, so no other writer (another
+                // process on the same file included) can insert between count and insert.
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(codec::backend(OP))?;
+                if !limits.unlimited() {
+                    let active = if limits.max_sandboxes > 0 {
+                        count_holding(&tx, OP, None)?
+                    } else {
+                        0
+                    };
+                    let owner_active = match &owner {
+                        Some(owner) if limits.max_owner_sandboxes > 0 => {
+                            Some(count_holding(&tx, OP, Some(owner))?)
+                        }
+                        _ => None,
+                    };
+                    if let Err(denial) = limits.check(active, owner_active) {
+                        return Ok(AdmitOutcome::Denied(denial));
+                    }
+                }
+                tx.prepare_cached(&INSERT_SANDBOX)
+                    .and_then(|mut stmt| stmt.execute(row.params()))
+                    .map_err(codec::conflict_or_backend(OP, "sandbox", &row.id))?;
+                tx.commit().map_err(codec::backend(OP))?;
+                Ok(AdmitOutcome::Admitted)
+            })
+            .await
+    }
+
+    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        self.connections
+            .write("mark_sandbox_running", move |conn| {
+                conn.query_row(
+                    &format!(
+                        "UPDATE sandboxes SET state = 'running' WHERE id = ?1 AND state = 'creating' \
+                         RETURNING {SANDBOX_COLUMNS}"
+                    ),
+                    [id],
+                    codec::SandboxRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("mark_sandbox_running"))?
+                .map(codec::SandboxRow::into_domain)
+                .transpose()
+            })
+            .await
+    }
+
+    async fn end_sandbox(
+        &self,
+        id: &SandboxId,
+        state: EndedState,
+        ending: &Ending,
+        at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        let reason = ending.reason.as_str();
+        let message = ending.message.clone();
+        let destroyed_at = (state == EndedState::Destroyed).then(|| micros(at));
+        self.connections
+            .write("end_sandbox", move |conn| {
+                conn.query_row(
+                    &format!(
+                        "UPDATE sandboxes SET state = ?2, destroyed_at = ?3, ended_at = ?4, \
+                         state_reason = ?5, state_message = ?6 \
+                         WHERE id = ?1 AND {HOLDS_RUNTIME} RETURNING {SANDBOX_COLUMNS}"
+                    ),
+                    params![
+                        id,
+                        state.state().as_str(),
+                        destroyed_at,
+                        micros(at),
+                        reason,
+                        message
+                    ],
+                    codec::SandboxRow::read,
+                )
+                .optional()
+                .map_err(codec::backend("end_sandbox"))?
+                .map(codec::SandboxRow::into_domain)
+                .transpose()
             })
             .await
     }
@@ -142,6 +270,7 @@ impl Store for SqliteStore {
                             ":owner": filter.owner_id,
                             ":provider": filter.provider,
                             ":tenant": filter.tenant_id,
+                            ":worker": filter.worker_id,
                         },
                         codec::SandboxRow::read,
                     )
@@ -155,14 +284,7 @@ impl Store for SqliteStore {
         let owner_id = owner_id.map(str::to_owned);
         self.connections
             .read("count_active_sandboxes", move |conn| {
-                let count: i64 = conn
-                    .query_row(
-                        "SELECT COUNT(*) FROM sandboxes WHERE state != 'destroyed' AND (?1 IS NULL OR owner_id = ?1)",
-                        [&owner_id],
-                        |row| row.get(0),
-                    )
-                    .map_err(codec::backend("count_active_sandboxes"))?;
-                Ok(u64::try_from(count).unwrap_or(0))
+                count_holding(conn, "count_active_sandboxes", owner_id.as_deref())
             })
             .await
     }
@@ -173,36 +295,12 @@ impl Store for SqliteStore {
             .read("count_sandboxes_on_provider", move |conn| {
                 let count: i64 = conn
                     .query_row(
-                        "SELECT COUNT(*) FROM sandboxes WHERE state != 'destroyed' AND provider = ?1",
+                        &format!("SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME} AND provider = ?1"),
                         [&provider],
                         |row| row.get(0),
                     )
                     .map_err(codec::backend("count_sandboxes_on_provider"))?;
                 Ok(u64::try_from(count).unwrap_or(0))
-            })
-            .await
-    }
-
-    async fn mark_sandbox_destroyed(
-        &self,
-        id: &SandboxId,
-        at: Timestamp,
-    ) -> StoreResult<Option<Sandbox>> {
-        let id = id.as_str().to_owned();
-        self.connections
-            .write("mark_sandbox_destroyed", move |conn| {
-                conn.query_row(
-                    &format!(
-                        "UPDATE sandboxes SET state = ?2, destroyed_at = ?3 \
-                         WHERE id = ?1 AND state != 'destroyed' RETURNING {SANDBOX_COLUMNS}"
-                    ),
-                    params![id, SandboxState::Destroyed.as_str(), micros(at)],
-                    codec::SandboxRow::read,
-                )
-                .optional()
-                .map_err(codec::backend("mark_sandbox_destroyed"))?
-                .map(codec::SandboxRow::into_domain)
-                .transpose()
             })
             .await
     }
@@ -218,7 +316,7 @@ impl Store for SqliteStore {
                 conn.query_row(
                     &format!(
                         "UPDATE sandboxes SET expires_at = ?2 \
-                         WHERE id = ?1 AND state != 'destroyed' RETURNING {SANDBOX_COLUMNS}"
+                         WHERE id = ?1 AND state = 'running' RETURNING {SANDBOX_COLUMNS}"
                     ),
                     params![id, micros(expires_at)],
                     codec::SandboxRow::read,
@@ -237,7 +335,7 @@ impl Store for SqliteStore {
                 let mut stmt = conn
                     .prepare_cached(&format!(
                         "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-                         WHERE state != 'destroyed' AND expires_at <= ?1 ORDER BY expires_at, id"
+                         WHERE state = 'running' AND expires_at <= ?1 ORDER BY expires_at, id"
                     ))
                     .map_err(codec::backend("list_expired_sandboxes"))?;
                 let rows = stmt
@@ -257,7 +355,7 @@ impl Store for SqliteStore {
             .write("purge_destroyed_before", move |conn| {
                 let deleted = conn
                     .execute(
-                        "DELETE FROM sandboxes WHERE state = 'destroyed' AND destroyed_at < ?1",
+                        "DELETE FROM sandboxes WHERE state IN ('destroyed', 'error') AND ended_at < ?1",
                         [micros(cutoff)],
                     )
                     .map_err(codec::backend("purge_destroyed_before"))?;

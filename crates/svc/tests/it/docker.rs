@@ -639,10 +639,17 @@ async fn an_engine_going_away_mid_operation() {
         failed_spawn.body
     );
     assert_eq!(
-        server.listed_ids("?state=all").await,
+        server.listed_ids("?state=running").await,
         vec![id.clone()],
-        "no record for the failed spawn"
+        "the failed spawn holds nothing"
     );
+    for other in server.listed_ids("?state=all").await {
+        if other != id {
+            let record = server.get(&format!("/sandboxes/{other}")).await.body;
+            assert_eq!(record["state"], "error", "{record}");
+            assert_eq!(record["state_reason"], "spawn_failed", "{record}");
+        }
+    }
     wait_for(
         "/ready to report the engine gone",
         Duration::from_secs(10),
@@ -697,7 +704,12 @@ async fn missing_images_are_pulled_and_failures_leave_nothing() {
         events.next(Duration::from_secs(10)).await.unwrap().data["type"],
         "provider.failed"
     );
-    assert!(server.listed_ids("?state=all").await.is_empty());
+    let ids = server.listed_ids("?state=all").await;
+    assert_eq!(ids.len(), 1, "one ended record explains the failure");
+    let failed = server.get(&format!("/sandboxes/{}", ids[0])).await.body;
+    assert_eq!(failed["state"], "error");
+    assert_eq!(failed["state_reason"], "spawn_failed");
+    assert!(failed["state_message"].as_str().unwrap().contains("pull"));
     let leftovers = docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
             all: true,

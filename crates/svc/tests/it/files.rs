@@ -327,6 +327,37 @@ async fn file_bad_input_has_no_side_effects() {
         .await
         .assert_error(400, "bad_request");
     assert!(message.contains('/'), "{message}");
+    // Path rules live in one place, above every provider.
+    for body in [
+        json!({"old_path": "/", "new_path": "/elsewhere"}),
+        json!({"old_path": "/keep/me.txt", "new_path": "/"}),
+        json!({"old_path": "keep/me.txt", "new_path": "/x"}),
+    ] {
+        server
+            .post(&format!("{files}/move"), body)
+            .await
+            .assert_error(400, "bad_request");
+    }
+    let message = server
+        .get(&format!("{files}/glob?pattern=/keep/../*"))
+        .await
+        .assert_error(400, "bad_request");
+    assert!(message.contains("pattern"), "{message}");
+    server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "true", "workdir": "relative"}),
+        )
+        .await
+        .assert_error(400, "bad_request");
+    assert_eq!(
+        server
+            .get(&format!("{files}?path=/keep/me.txt"))
+            .await
+            .status,
+        200,
+        "nothing was moved"
+    );
     // A symlink pointing outside the sandbox cannot be followed by the file API.
     server
         .post(

@@ -317,7 +317,7 @@ async fn sandboxes_survive_a_restart_and_stay_destroyable() {
 }
 
 #[tokio::test]
-async fn a_failed_spawn_saves_nothing_and_publishes_failure_events() {
+async fn a_failed_spawn_ends_as_error_and_publishes_failure_events() {
     let server = TestServer::start().await;
     let mut events = server.events("", None).await;
     // The provider was healthy at start-up (cached); now its root becomes unusable.
@@ -343,9 +343,22 @@ async fn a_failed_spawn_saves_nothing_and_publishes_failure_events() {
     assert_eq!(seen[1].data["data"]["operation"], "spawn");
     assert_eq!(seen[1].data["data"]["provider"], "mock");
     assert!(seen[1].data["data"]["error"].as_str().is_some());
-    assert!(
-        server.listed_ids("?state=all").await.is_empty(),
-        "nothing is saved"
-    );
+    // Nothing runs; the record says why the sandbox is gone (decisions §7).
+    assert!(server.listed_ids("?state=running").await.is_empty());
+    let ids = server.listed_ids("?state=all").await;
+    assert_eq!(ids.len(), 1, "the admitted record stays, ended");
+    let failed = server.get(&format!("/sandboxes/{}", ids[0])).await.body;
+    assert_eq!(failed["state"], "error");
+    assert_eq!(failed["state_reason"], "spawn_failed");
+    assert!(failed["state_message"].as_str().unwrap().contains("mock"));
+    assert_eq!(seen[0].data["data"]["reason"], "spawn_failed");
+    assert_eq!(seen[0].data["sandbox_id"], ids[0]);
+    server
+        .post(
+            &format!("/sandboxes/{}/exec", ids[0]),
+            json!({"command": "true"}),
+        )
+        .await
+        .assert_error(409, "conflict");
     server.shutdown().await;
 }

@@ -1,10 +1,10 @@
 //! Glob patterns over sandbox paths (decisions §9): absolute, with `*`, `?`, `[...]` and `**`
-//! (zero or more directories). Shared by providers that walk a directory tree themselves.
+//! (zero or more directories). Parsed once by the control plane; providers receive it compiled
+//! and only walk their tree.
 
 use globset::{GlobBuilder, GlobMatcher};
-use svc_core::path::SandboxPath;
 
-use crate::ProviderError;
+use crate::path::SandboxPath;
 
 /// A compiled pattern and where walking must start.
 #[derive(Debug, Clone)]
@@ -21,18 +21,24 @@ fn has_meta(component: &str) -> bool {
 }
 
 impl SandboxGlob {
-    /// Compiles an absolute pattern.
-    pub fn new(pattern: &str) -> Result<Self, ProviderError> {
-        let invalid = |message: String| ProviderError::InvalidRequest { message };
+    /// Compiles an absolute pattern; the error says what is wrong with it.
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        let invalid = |message: String| message;
+        let quoted = crate::error::echo(pattern);
         if !pattern.starts_with('/') {
             return Err(invalid(format!(
-                "glob pattern {pattern:?} must be absolute (start with /)"
+                "glob pattern {quoted} must be absolute (start with /)"
             )));
+        }
+        if pattern.contains('\0') {
+            return Err(invalid(
+                "glob pattern must not contain NUL bytes".to_owned(),
+            ));
         }
         let components: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
         if components.iter().any(|c| *c == "." || *c == "..") {
             return Err(invalid(format!(
-                "glob pattern {pattern:?} must not contain . or .. components"
+                "glob pattern {quoted} must not contain . or .. components"
             )));
         }
         let literal = components.iter().take_while(|c| !has_meta(c)).count();
@@ -49,7 +55,7 @@ impl SandboxGlob {
             .literal_separator(true)
             .backslash_escape(true)
             .build()
-            .map_err(|e| invalid(format!("invalid glob pattern {pattern:?}: {e}")))?
+            .map_err(|e| invalid(format!("invalid glob pattern {quoted}: {}", e.kind())))?
             .compile_matcher();
         Ok(SandboxGlob {
             matcher,

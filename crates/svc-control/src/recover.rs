@@ -1,0 +1,124 @@
+//! Crash safety of the spawn pipeline: at start-up, sandboxes this worker left in `creating`
+//! (the process died between the record and `running`) are resolved against their provider.
+//! A runtime that exists and runs makes the sandbox `running`; anything else is removed and the
+//! record ends as `error` with `spawn_failed`. A record whose runtime cannot be checked or
+//! removed (provider down) stays `creating` for the next start.
+
+use svc_core::event::EventPayload;
+use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
+use svc_core::Error;
+use svc_provider::RuntimeStatus;
+use svc_store::{EndedState, SandboxFilter, StateFilter};
+
+use crate::spawn::sandbox_event_data;
+use crate::ControlPlane;
+
+/// What start-up recovery did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Records found in `creating`.
+    pub found: usize,
+    /// Made `running`: their runtime was there.
+    pub resumed: usize,
+    /// Ended as `error`: no usable runtime (any leftover was removed).
+    pub failed: usize,
+    /// Left `creating`: the provider could not be asked or could not remove the runtime.
+    pub unresolved: usize,
+}
+
+enum Resolution {
+    Resumed,
+    Failed,
+    Unresolved,
+}
+
+impl ControlPlane {
+    /// Resolves this worker's `creating` records; call once at start-up, before serving.
+    pub async fn recover_interrupted_spawns(&self) -> Result<RecoveryReport, Error> {
+        let filter = SandboxFilter {
+            state: StateFilter::Only(SandboxState::Creating),
+            worker_id: Some(self.worker_id().to_owned()),
+            ..SandboxFilter::default()
+        };
+        let interrupted = self.store().list_sandboxes(&filter).await?;
+        let mut report = RecoveryReport {
+            found: interrupted.len(),
+            ..RecoveryReport::default()
+        };
+        for sandbox in &interrupted {
+            match self.resolve_interrupted(sandbox).await {
+                Resolution::Resumed => report.resumed += 1,
+                Resolution::Failed => report.failed += 1,
+                Resolution::Unresolved => report.unresolved += 1,
+            }
+        }
+        if report.found > 0 {
+            tracing::info!(
+                found = report.found,
+                resumed = report.resumed,
+                failed = report.failed,
+                unresolved = report.unresolved,
+                "recovered spawns interrupted by a restart"
+            );
+        }
+        Ok(report)
+    }
+
+    async fn resolve_interrupted(&self, sandbox: &Sandbox) -> Resolution {
+        let Some(provider) = self.providers().for_cleanup(&sandbox.provider) else {
+            tracing::warn!(sandbox_id = %sandbox.id, provider = %sandbox.provider, "an interrupted spawn's provider is not configured; left creating");
+            return Resolution::Unresolved;
+        };
+        let status = provider.status(&sandbox.id).await;
+        if matches!(status, Ok(RuntimeStatus::Running)) {
+            match self.store().mark_sandbox_running(&sandbox.id).await {
+                Ok(Some(running)) => {
+                    let data = sandbox_event_data(&running);
+                    self.events().publish(
+                        Some(&running.id),
+                        EventPayload::SandboxCreated(data.clone()),
+                    );
+                    self.events()
+                        .publish(Some(&running.id), EventPayload::SandboxRunning(data));
+                    return Resolution::Resumed;
+                }
+                Ok(None) => return Resolution::Unresolved,
+                Err(err) => {
+                    tracing::warn!(sandbox_id = %sandbox.id, error = %err, "marking a recovered sandbox running failed");
+                    return Resolution::Unresolved;
+                }
+            }
+        }
+        let message = match &status {
+            Ok(RuntimeStatus::Stopped) => "the spawn was interrupted; its runtime had stopped",
+            Ok(_) => "the spawn was interrupted before its runtime was ready",
+            Err(_) => "the spawn was interrupted and its runtime could not be checked",
+        };
+        if let Err(err) = provider.destroy(&sandbox.id).await {
+            tracing::warn!(sandbox_id = %sandbox.id, error = %err, "removing an interrupted spawn's runtime failed; left creating");
+            return Resolution::Unresolved;
+        }
+        let ending = Ending {
+            reason: StateReason::SpawnFailed,
+            message: message.to_owned(),
+        };
+        match self
+            .store()
+            .end_sandbox(&sandbox.id, EndedState::Error, &ending, self.clock().now())
+            .await
+        {
+            Ok(Some(ended)) => {
+                let mut data = sandbox_event_data(&ended);
+                data.error = Some(message.to_owned());
+                self.events()
+                    .publish(Some(&ended.id), EventPayload::SandboxError(data));
+                Resolution::Failed
+            }
+            Ok(None) => Resolution::Unresolved,
+            Err(err) => {
+                tracing::warn!(sandbox_id = %sandbox.id, error = %err, "ending an interrupted spawn failed");
+                Resolution::Unresolved
+            }
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! The spawn pipeline, one named step at a time (ARCHITECTURE, "The spawn pipeline"):
+//!
+//! authorize → resolve → admit and record → provider spawn (with a deadline) → mark running →
+//! publish.
+//!
+//! Every check that can answer 400 happens in resolve, before anything is written. Admission and
+//! the record are ONE store operation (the capacity rule lives in the store contract). From the
+//! record on, the steps run in a task the HTTP handler does not own, under a [`SpawnUndo`] guard:
+//! a client that disconnects, a handler that times out or a panic never leaves a runtime without
+//! a record or a record without a runtime. A failure undoes the earlier steps in reverse
+//! (decisions §4): the runtime is removed, the record ends as `error` with `spawn_failed`, and
+//! `sandbox.error` and `operation.failed` are published.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use svc_core::access::Action;
+use svc_core::admission::{check_ttl, AdmitOutcome, CapacityLimits};
+use svc_core::clock::add_duration;
+use svc_core::error::echo;
+use svc_core::event::{EventPayload, LimitEventData, SandboxEventData};
+use svc_core::sandbox::{
+    check_env, check_image, check_ttl_positive, size_or_default, Ending, Sandbox, SandboxState,
+    SpawnRequest, StateReason,
+};
+use svc_core::template::{Template, TemplateSpawnRequest};
+use svc_core::{Error, OwnerId, SandboxId};
+use svc_provider::{
+    Provider, ProviderError, RuntimeInfo, SpawnSpec, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID,
+    LABEL_TENANT, LABEL_WORKER,
+};
+use svc_store::EndedState;
+
+use crate::principal::DEFAULT_TENANT;
+use crate::provider_errors::classify;
+use crate::{ControlPlane, Principal};
+
+/// A spawn with every default applied and every field validated.
+struct SpawnPlan {
+    provider: Arc<dyn Provider>,
+    image: String,
+    memory_mb: u32,
+    vcpus: u32,
+    ttl: Duration,
+    metadata: BTreeMap<String, String>,
+    env: BTreeMap<String, String>,
+    network: Option<String>,
+    owner: String,
+    tenant: String,
+    template: Option<String>,
+}
+
+/// The `data` of `sandbox.*` events (decisions §12).
+pub(crate) fn sandbox_event_data(sandbox: &Sandbox) -> SandboxEventData {
+    SandboxEventData {
+        provider: sandbox.provider.clone(),
+        image: sandbox.image.clone(),
+        owner_id: sandbox.owner_id.clone(),
+        tenant_id: sandbox.tenant_id.clone(),
+        worker_id: sandbox.worker_id.clone(),
+        reason: sandbox.state_reason,
+        error: None,
+        image_pulled: false,
+    }
+}
+
+/// A failed step: the service error and whether the provider was at fault.
+struct StepFailure {
+    error: Error,
+    provider_at_fault: bool,
+}
+
+impl ControlPlane {
+    /// `POST /sandboxes`.
+    pub async fn spawn_sandbox(
+        &self,
+        principal: &Principal,
+        request: SpawnRequest,
+    ) -> Result<Sandbox, Error> {
+        self.authorize(principal, Action::Spawn)?;
+        let plan = self.resolve(principal, request, None).await?;
+        self.admit_and_create(plan).await
+    }
+
+    /// `POST /templates/{name}/spawn`.
+    pub async fn spawn_from_template(
+        &self,
+        principal: &Principal,
+        name: &str,
+        request: TemplateSpawnRequest,
+    ) -> Result<Sandbox, Error> {
+        self.authorize(principal, Action::Spawn)?;
+        let template = self.template_by_name(name).await?;
+        let spawn = SpawnRequest {
+            ttl: request.ttl,
+            provider: request.provider,
+            ..SpawnRequest::default()
+        };
+        let plan = self.resolve(principal, spawn, Some(template)).await?;
+        self.admit_and_create(plan).await
+    }
+
+    async fn admit_and_create(&self, plan: SpawnPlan) -> Result<Sandbox, Error> {
+        let record = self.admit_and_record(&plan).await?;
+        // The handler may be dropped from here on (client gone, timeout); the task is not.
+        let plane = self.clone();
+        let task = tokio::spawn(async move { plane.create_runtime(plan, record).await });
+        match task.await {
+            Ok(result) => result,
+            // A panic inside: the task's guard has started the undo.
+            Err(joined) => Err(Error::internal("spawning a sandbox", joined)),
+        }
+    }
+
+    /// Step "resolve": the template, the defaults, and every validation that can answer 400,
+    /// then the provider's health (503). Writes nothing.
+    async fn resolve(
+        &self,
+        principal: &Principal,
+        request: SpawnRequest,
+        template: Option<Template>,
+    ) -> Result<SpawnPlan, Error> {
+        let defaults = &self.config().defaults;
+        // The request's own fields first: no I/O needed to refuse them.
+        let owner = resolve_owner(principal, request.owner_id.as_deref())?;
+        let tenant = resolve_tenant(principal, request.tenant_id.as_deref())?;
+        if let Some(image) = &request.image {
+            check_image(image)?;
+        }
+        let env = request.env.unwrap_or_default();
+        check_env(&env)?;
+        if let Some(ttl) = request.ttl {
+            check_ttl_positive(ttl)?;
+        }
+        let template = match (template, &request.template) {
+            (Some(template), _) => Some(template),
+            (None, Some(name)) => {
+                Some(self.store().get_template(name).await?.ok_or_else(|| {
+                    Error::invalid(
+                        "template",
+                        format!("template {} does not exist", echo(name)),
+                    )
+                })?)
+            }
+            (None, None) => None,
+        };
+        let image = request
+            .image
+            .or_else(|| template.as_ref().map(|t| t.image.clone()))
+            .unwrap_or_else(|| defaults.image.clone());
+        check_image(&image)?;
+        let default_memory = template
+            .as_ref()
+            .map_or(u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX), |t| {
+                t.memory_mb
+            });
+        let memory_mb = size_or_default("memory_mb", request.memory_mb, default_memory)?;
+        let default_vcpus = template.as_ref().map_or(defaults.vcpus, |t| t.vcpus);
+        let vcpus = size_or_default("vcpus", request.vcpus, default_vcpus)?;
+        let ttl = request
+            .ttl
+            .or_else(|| template.as_ref().map(|t| t.ttl))
+            .unwrap_or(defaults.ttl);
+        check_ttl_positive(ttl)?;
+        let provider_name = request
+            .provider
+            .or_else(|| template.as_ref().map(|t| t.provider.clone()));
+        let provider = self
+            .healthy_spawn_provider(provider_name.as_deref())
+            .await?;
+        let mut metadata = template
+            .as_ref()
+            .map(|t| t.metadata.clone())
+            .unwrap_or_default();
+        metadata.extend(request.metadata.unwrap_or_default());
+        Ok(SpawnPlan {
+            provider,
+            image,
+            memory_mb,
+            vcpus,
+            ttl: ttl.as_std(),
+            metadata,
+            env,
+            network: request.network,
+            owner,
+            tenant,
+            template: template.map(|t| t.name),
+        })
+    }
+
+    /// The provider for a spawn: named, else the default. Unknown is 400, unhealthy 503.
+    async fn healthy_spawn_provider(&self, name: Option<&str>) -> Result<Arc<dyn Provider>, Error> {
+        let registry = self.providers();
+        let name = name.unwrap_or(registry.default_name());
+        let provider = registry.get(name).ok_or_else(|| Error::UnknownProvider {
+            name: name.to_owned(),
+            enabled: registry.names(),
+        })?;
+        let mut health = registry
+            .health_of(provider, crate::providers::HEALTH_MAX_AGE)
+            .await;
+        if !health.healthy {
+            // A provider may have recovered since the cached check.
+            health = registry.health_of(provider, Duration::ZERO).await;
+        }
+        if !health.healthy {
+            return Err(Error::ProviderUnavailable {
+                provider: name.to_owned(),
+                message: health.error.unwrap_or_else(|| "unhealthy".to_owned()),
+            });
+        }
+        Ok(Arc::clone(provider))
+    }
+
+    /// Step "admit and record": the TTL rule, then capacity checked and the `creating` record
+    /// inserted in one store operation. A denial publishes `resource.limit`.
+    async fn admit_and_record(&self, plan: &SpawnPlan) -> Result<Sandbox, Error> {
+        let defaults = &self.config().defaults;
+        let limits = CapacityLimits {
+            max_sandboxes: defaults.max_sandboxes,
+            max_owner_sandboxes: defaults.max_sandboxes_per_owner,
+        };
+        let sandbox = self.new_record(plan);
+        let denial = match check_ttl(defaults.max_ttl, plan.ttl) {
+            Err(err) => err,
+            Ok(()) => match self.store().admit_sandbox(&sandbox, limits).await? {
+                AdmitOutcome::Admitted => return Ok(sandbox),
+                AdmitOutcome::Denied(denial) => Error::ResourceLimit {
+                    reason: denial.reason,
+                    message: denial.message(),
+                },
+            },
+        };
+        if let Error::ResourceLimit { reason, .. } = &denial {
+            self.events().publish(
+                None,
+                EventPayload::ResourceLimit(LimitEventData {
+                    reason: *reason,
+                    owner_id: plan.owner.clone(),
+                }),
+            );
+        }
+        Err(denial)
+    }
+
+    fn new_record(&self, plan: &SpawnPlan) -> Sandbox {
+        let now = self.clock().now();
+        let id = SandboxId::generate();
+        Sandbox {
+            preview_domain: format!("{id}.{}", self.config().server.preview_domain),
+            id,
+            state: SandboxState::Creating,
+            provider: plan.provider.name().to_owned(),
+            image: plan.image.clone(),
+            memory_mb: plan.memory_mb,
+            vcpus: plan.vcpus,
+            created_at: now,
+            expires_at: add_duration(now, plan.ttl),
+            metadata: plan.metadata.clone(),
+            worker_id: Some(self.worker_id().to_owned()),
+            tenant_id: plan.tenant.clone(),
+            owner_id: plan.owner.clone(),
+            template: plan.template.clone(),
+            network: plan.network.clone(),
+            destroyed_at: None,
+            state_reason: None,
+            state_message: None,
+            env: plan.env.clone(),
+        }
+    }
+
+    /// Steps "provider spawn", "mark running" and "publish", run in a task of their own.
+    async fn create_runtime(self, plan: SpawnPlan, record: Sandbox) -> Result<Sandbox, Error> {
+        let undo = SpawnUndo {
+            plane: self.clone(),
+            sandbox: Some(record.clone()),
+            provider: Arc::clone(&plan.provider),
+        };
+        let runtime = match self
+            .spawn_runtime(&plan.provider, spawn_spec(&record))
+            .await
+        {
+            Ok(runtime) => runtime,
+            Err(failure) => return Err(undo.run(failure).await),
+        };
+        let running = match self.store().mark_sandbox_running(&record.id).await {
+            Ok(Some(running)) => running,
+            Ok(None) => {
+                let error = Error::internal(
+                    "marking a spawned sandbox running",
+                    std::io::Error::other("the record left the creating state during the spawn"),
+                );
+                return Err(undo.run(StepFailure::ours(error)).await);
+            }
+            Err(err) => return Err(undo.run(StepFailure::ours(err.into())).await),
+        };
+        undo.disarm();
+        let data = sandbox_event_data(&running);
+        self.events().publish(
+            Some(&running.id),
+            EventPayload::SandboxCreated(SandboxEventData {
+                image_pulled: runtime.image_pulled,
+                ..data.clone()
+            }),
+        );
+        self.events()
+            .publish(Some(&running.id), EventPayload::SandboxRunning(data));
+        tracing::info!(sandbox_id = %running.id, provider = %running.provider, image = %running.image, "sandbox spawned");
+        Ok(running)
+    }
+
+    /// Asks the provider for the runtime, within `defaults.spawn_timeout`. The provider call
+    /// runs as its own task: past the deadline it keeps going, and whatever it creates late is
+    /// destroyed when it finishes.
+    async fn spawn_runtime(
+        &self,
+        provider: &Arc<dyn Provider>,
+        spec: SpawnSpec,
+    ) -> Result<RuntimeInfo, StepFailure> {
+        let deadline = self.config().defaults.spawn_timeout;
+        let id = spec.id.clone();
+        let mut call = {
+            let provider = Arc::clone(provider);
+            tokio::spawn(async move { provider.spawn(&spec).await })
+        };
+        match tokio::time::timeout(deadline.as_std(), &mut call).await {
+            Ok(Ok(Ok(runtime))) => Ok(runtime),
+            Ok(Ok(Err(err))) => Err(StepFailure::provider(classify(
+                provider.name(),
+                "spawn",
+                err,
+            ))),
+            Ok(Err(joined)) => Err(StepFailure::provider(Error::provider(
+                provider.name(),
+                "spawn",
+                ProviderError::failed(format!("the provider's spawn panicked: {joined}")),
+            ))),
+            Err(_) => {
+                let late = Arc::clone(provider);
+                tokio::spawn(async move {
+                    if let Ok(Ok(_)) = call.await {
+                        if let Err(err) = late.destroy(&id).await {
+                            tracing::error!(sandbox_id = %id, error = %err, "removing a runtime created after its spawn deadline failed");
+                        }
+                    }
+                });
+                Err(StepFailure::provider(Error::provider(
+                    provider.name(),
+                    "spawn",
+                    ProviderError::failed(format!(
+                        "the runtime was not ready within {deadline} (defaults.spawn_timeout)"
+                    )),
+                )))
+            }
+        }
+    }
+
+    /// Undoes a spawn whose record exists, in reverse: removes the runtime, ends the record as
+    /// `error` (`spawn_failed`), publishes the failure. When the runtime cannot be removed, the
+    /// record stays `creating` (it still holds capacity, truthfully) and start-up recovery
+    /// resolves it.
+    async fn undo_spawn(
+        &self,
+        sandbox: &Sandbox,
+        provider: &Arc<dyn Provider>,
+        failure: &StepFailure,
+    ) {
+        if let Err(err) = provider.destroy(&sandbox.id).await {
+            tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the runtime could not be removed; the record stays creating until recovery");
+            self.publish_failure(
+                Some(&sandbox.id),
+                "spawn",
+                &sandbox.provider,
+                &failure.error,
+                failure.provider_at_fault,
+            );
+            return;
+        }
+        let ending = Ending {
+            reason: StateReason::SpawnFailed,
+            message: failure.error.public_message(),
+        };
+        let ended = match self
+            .store()
+            .end_sandbox(&sandbox.id, EndedState::Error, &ending, self.clock().now())
+            .await
+        {
+            Ok(ended) => ended,
+            Err(err) => {
+                tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the record could not be marked error; recovery will at the next start");
+                None
+            }
+        };
+        let mut data = sandbox_event_data(ended.as_ref().unwrap_or(sandbox));
+        data.reason = Some(StateReason::SpawnFailed);
+        data.error = Some(failure.error.public_message());
+        self.events()
+            .publish(Some(&sandbox.id), EventPayload::SandboxError(data));
+        self.publish_failure(
+            Some(&sandbox.id),
+            "spawn",
+            &sandbox.provider,
+            &failure.error,
+            failure.provider_at_fault,
+        );
+        tracing::warn!(sandbox_id = %sandbox.id, error = %failure.error, "spawn failed and was rolled back");
+    }
+}
+
+impl StepFailure {
+    fn provider(error: Error) -> Self {
+        let provider_at_fault = matches!(error, Error::Provider { .. });
+        StepFailure {
+            error,
+            provider_at_fault,
+        }
+    }
+
+    fn ours(error: Error) -> Self {
+        StepFailure {
+            error,
+            provider_at_fault: false,
+        }
+    }
+}
+
+/// Undoes a spawn unless disarmed. Dropped while armed (the task panicked or was aborted), it
+/// starts the undo on the runtime by itself.
+struct SpawnUndo {
+    plane: ControlPlane,
+    sandbox: Option<Sandbox>,
+    provider: Arc<dyn Provider>,
+}
+
+impl SpawnUndo {
+    async fn run(mut self, failure: StepFailure) -> Error {
+        if let Some(sandbox) = self.sandbox.take() {
+            self.plane
+                .undo_spawn(&sandbox, &self.provider, &failure)
+                .await;
+        }
+        failure.error
+    }
+
+    fn disarm(mut self) {
+        self.sandbox = None;
+    }
+}
+
+impl Drop for SpawnUndo {
+    fn drop(&mut self) {
+        let Some(sandbox) = self.sandbox.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(sandbox_id = %sandbox.id, "a spawn ended without its undo and no runtime is left to run it; recovery will at the next start");
+            return;
+        };
+        let plane = self.plane.clone();
+        let provider = Arc::clone(&self.provider);
+        runtime.spawn(async move {
+            let failure = StepFailure::ours(Error::internal(
+                "spawning a sandbox",
+                std::io::Error::other("the spawn task ended before it finished"),
+            ));
+            plane.undo_spawn(&sandbox, &provider, &failure).await;
+        });
+    }
+}
+
+/// What the provider is asked to create for `sandbox`.
+fn spawn_spec(sandbox: &Sandbox) -> SpawnSpec {
+    let worker = sandbox.worker_id.clone().unwrap_or_default();
+    SpawnSpec {
+        id: sandbox.id.clone(),
+        image: sandbox.image.clone(),
+        memory_mb: sandbox.memory_mb,
+        vcpus: sandbox.vcpus,
+        env: sandbox.env.clone(),
+        network: sandbox.network.clone(),
+        labels: BTreeMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_SANDBOX_ID.to_owned(), sandbox.id.to_string()),
+            (LABEL_OWNER.to_owned(), sandbox.owner_id.clone()),
+            (LABEL_TENANT.to_owned(), sandbox.tenant_id.clone()),
+            (LABEL_WORKER.to_owned(), worker),
+        ]),
+    }
+}
+
+/// Owner: `X-User-ID` (already validated), else the body's `owner_id`, else none (decisions §5).
+fn resolve_owner(principal: &Principal, body_owner: Option<&str>) -> Result<String, Error> {
+    if let Some(owner) = &principal.owner {
+        return Ok(owner.as_str().to_owned());
+    }
+    match body_owner {
+        None => Ok(String::new()),
+        Some(owner) => OwnerId::parse(owner)
+            .map(|o| o.as_str().to_owned())
+            .map_err(|e| Error::invalid("owner_id", e.to_string())),
+    }
+}
+
+/// Tenant: the caller's, or the body's `tenant_id`, which must exist (only `default` does until
+/// tenants are managed).
+fn resolve_tenant(principal: &Principal, requested: Option<&str>) -> Result<String, Error> {
+    match requested {
+        None => Ok(principal.tenant_id.clone()),
+        Some(DEFAULT_TENANT) => Ok(DEFAULT_TENANT.to_owned()),
+        Some(other) => Err(Error::invalid(
+            "tenant_id",
+            format!("tenant {} does not exist", echo(other)),
+        )),
+    }
+}
