@@ -114,7 +114,7 @@ fn row(name: &str, svc: &mut [f64], raw: &mut [f64]) {
 
 pub(crate) async fn run(base: &str, args: &DockerArgs) -> anyhow::Result<()> {
     let docker = Docker::connect_with_defaults()?.negotiate_version().await?;
-    let client = reqwest::Client::new();
+    let client = crate::client_builder().build()?;
     let (mut svc_first, mut raw_first) = (Vec::new(), Vec::new());
     let (mut svc_exec_ms, mut raw_exec_ms) = (Vec::new(), Vec::new());
     let (mut svc_destroy, mut raw_destroy) = (Vec::new(), Vec::new());

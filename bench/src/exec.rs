@@ -74,7 +74,7 @@ fn report(name: &str, samples: &mut [u64]) -> f64 {
 }
 
 pub(crate) async fn latency(base: &str, args: &LatencyArgs) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
+    let client = crate::client_builder().build()?;
     let id = spawn_sandbox(&client, base).await?;
     let url = format!("{base}/api/v1/sandboxes/{id}/exec");
     let mut buffered = Vec::with_capacity(args.iterations);
@@ -161,7 +161,7 @@ pub(crate) async fn throughput(base: &str, args: &ThroughputArgs) -> anyhow::Res
     let host_rate = host_bytes as f64 / host_secs / 1e6;
     println!("host: {host_bytes} bytes in {host_secs:.2}s = {host_rate:.0} MB/s");
 
-    let client = reqwest::Client::new();
+    let client = crate::client_builder().build()?;
     let id = spawn_sandbox(&client, base).await?;
     let rss_before = args.server_pid.and_then(rss_kib);
     let started = Instant::now();
@@ -224,7 +224,7 @@ pub(crate) async fn files(base: &str, args: &FilesArgs) -> anyhow::Result<()> {
     let body = serde_json::to_vec(
         &json!({"path": "/bench.bin", "content": encoded, "encoding": "base64"}),
     )?;
-    let client = reqwest::Client::new();
+    let client = crate::client_builder().build()?;
     let id = spawn_sandbox(&client, base).await?;
     let files = format!("{base}/api/v1/sandboxes/{id}/files");
     let dir = std::env::temp_dir().join(format!("svc-bench-{}", std::process::id()));

@@ -56,7 +56,7 @@ async fn one(client: &reqwest::Client, base: &str, kind: Kind) -> anyhow::Result
 }
 
 pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Result<()> {
-    let client = reqwest::Client::builder()
+    let client = crate::client_builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
     one(&client, base, kind)

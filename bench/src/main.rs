@@ -50,6 +50,18 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
+/// An HTTP client for the server; with `SVC_API_KEY` set (as for svc's own clients), every
+/// request carries it in `X-API-Key`, so scenarios run against a server with auth on.
+pub(crate) fn client_builder() -> reqwest::ClientBuilder {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(key) = std::env::var("SVC_API_KEY") {
+        if let Ok(value) = reqwest::header::HeaderValue::from_str(&key) {
+            headers.insert("x-api-key", value);
+        }
+    }
+    reqwest::Client::builder().default_headers(headers)
+}
+
 /// Percentile of sorted microsecond samples, in milliseconds.
 pub(crate) fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {

@@ -118,8 +118,26 @@ impl ControlPlane {
                 state: sandbox.state,
             });
         }
-        self.destroy(&sandbox, StateReason::DestroyedByRequest)
-            .await
+        self.detached(move |plane| async move {
+            plane
+                .destroy(&sandbox, StateReason::DestroyedByRequest)
+                .await
+        })
+        .await
+    }
+
+    /// Runs `work` in a task of its own and waits for it: a caller that goes away (client
+    /// disconnect, handler timeout) cannot cut a runtime change off from its store write.
+    pub(crate) async fn detached<T, F, Fut>(&self, work: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(ControlPlane) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        match tokio::spawn(work(self.clone())).await {
+            Ok(result) => result,
+            Err(joined) => Err(Error::internal("finishing an operation", joined)),
+        }
     }
 
     /// The mirror image of spawn: removes the runtime, then ends the record as `destroyed` with
@@ -191,7 +209,11 @@ impl ControlPlane {
     /// `pruned`); returns how many were destroyed.
     pub async fn prune_expired(&self, principal: &Principal) -> Result<u64, Error> {
         self.authorize(principal, Action::Prune)?;
-        self.destroy_expired(principal, StateReason::Pruned).await
+        let principal = principal.clone();
+        self.detached(move |plane| async move {
+            plane.destroy_expired(&principal, StateReason::Pruned).await
+        })
+        .await
     }
 
     /// Destroys the expired sandboxes `principal` can see, with `reason`.

@@ -4,8 +4,8 @@
 //! publish.
 //!
 //! Every check that can answer 400 happens in resolve, before anything is written. Admission and
-//! the record are ONE store operation (the capacity rule lives in the store contract). From the
-//! record on, the steps run in a task the HTTP handler does not own, under a [`SpawnUndo`] guard:
+//! the record are ONE store operation (the capacity rule lives in the store contract). From
+//! admission on, the steps run in a task the HTTP handler does not own, under a [`SpawnUndo`] guard:
 //! a client that disconnects, a handler that times out or a panic never leaves a runtime without
 //! a record or a record without a runtime. A failure undoes the earlier steps in reverse
 //! (decisions §4): the runtime is removed, the record ends as `error` with `spawn_failed`, and
@@ -102,15 +102,15 @@ impl ControlPlane {
     }
 
     async fn admit_and_create(&self, plan: SpawnPlan) -> Result<Sandbox, Error> {
-        let record = self.admit_and_record(&plan).await?;
-        // The handler may be dropped from here on (client gone, timeout); the task is not.
-        let plane = self.clone();
-        let task = tokio::spawn(async move { plane.create_runtime(plan, record).await });
-        match task.await {
-            Ok(result) => result,
-            // A panic inside: the task's guard has started the undo.
-            Err(joined) => Err(Error::internal("spawning a sandbox", joined)),
-        }
+        // The handler may be dropped at any await (client gone, timeout); the task is not. It
+        // starts before the admitting write, since a write already handed to the store
+        // completes even when its caller is gone.
+        // A panic inside surfaces as an internal error; the task's guard has started the undo.
+        self.detached(move |plane| async move {
+            let record = plane.admit_and_record(&plan).await?;
+            plane.create_runtime(plan, record).await
+        })
+        .await
     }
 
     /// Step "resolve": the template, the defaults, and every validation that can answer 400,
@@ -357,17 +357,17 @@ impl ControlPlane {
     }
 
     /// Undoes a spawn whose record exists, in reverse: removes the runtime, ends the record as
-    /// `error` (`spawn_failed`), publishes the failure. When the runtime cannot be removed, the
-    /// record stays `creating` (it still holds capacity, truthfully) and start-up recovery
-    /// resolves it.
+    /// `error` (`spawn_failed`), publishes the failure. While the runtime cannot be removed
+    /// (provider unreachable), the record stays `creating` (it may still hold a runtime, and
+    /// keeps its capacity) and the removal is retried in the background with backoff until it
+    /// succeeds or svc shuts down; start-up recovery covers a shutdown in between.
     async fn undo_spawn(
         &self,
         sandbox: &Sandbox,
         provider: &Arc<dyn Provider>,
         failure: &StepFailure,
     ) {
-        if let Err(err) = provider.destroy(&sandbox.id).await {
-            tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the runtime could not be removed; the record stays creating until recovery");
+        let publish_failure = || {
             self.publish_failure(
                 Some(&sandbox.id),
                 "spawn",
@@ -375,11 +375,59 @@ impl ControlPlane {
                 &failure.error,
                 failure.provider_at_fault,
             );
+        };
+        if let Err(err) = provider.destroy(&sandbox.id).await {
+            publish_failure();
+            tracing::warn!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the runtime could not be removed yet; retrying in the background");
+            let plane = self.clone();
+            let sandbox = sandbox.clone();
+            let provider = Arc::clone(provider);
+            let message = failure.error.public_message();
+            tokio::spawn(async move {
+                plane
+                    .retry_runtime_removal(&sandbox, &provider, &message)
+                    .await;
+            });
             return;
         }
+        self.end_failed_spawn(sandbox, &failure.error.public_message())
+            .await;
+        publish_failure();
+        tracing::warn!(sandbox_id = %sandbox.id, error = %failure.error, "spawn failed and was rolled back");
+    }
+
+    async fn retry_runtime_removal(
+        &self,
+        sandbox: &Sandbox,
+        provider: &Arc<dyn Provider>,
+        message: &str,
+    ) {
+        let mut delay = Duration::from_millis(500);
+        loop {
+            tokio::select! {
+                () = self.shutdown_token().cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            match provider.destroy(&sandbox.id).await {
+                Ok(()) => {
+                    self.end_failed_spawn(sandbox, message).await;
+                    tracing::info!(sandbox_id = %sandbox.id, "a failed spawn's runtime was removed on retry");
+                    return;
+                }
+                Err(err) => {
+                    tracing::debug!(sandbox_id = %sandbox.id, error = %err, "removing a failed spawn's runtime failed again");
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+
+    /// Ends the record of a spawn whose runtime is gone as `error` and publishes
+    /// `sandbox.error`.
+    async fn end_failed_spawn(&self, sandbox: &Sandbox, message: &str) {
         let ending = Ending {
             reason: StateReason::SpawnFailed,
-            message: failure.error.public_message(),
+            message: message.to_owned(),
         };
         let ended = match self
             .store()
@@ -394,17 +442,9 @@ impl ControlPlane {
         };
         let mut data = sandbox_event_data(ended.as_ref().unwrap_or(sandbox));
         data.reason = Some(StateReason::SpawnFailed);
-        data.error = Some(failure.error.public_message());
+        data.error = Some(message.to_owned());
         self.events()
             .publish(Some(&sandbox.id), EventPayload::SandboxError(data));
-        self.publish_failure(
-            Some(&sandbox.id),
-            "spawn",
-            &sandbox.provider,
-            &failure.error,
-            failure.provider_at_fault,
-        );
-        tracing::warn!(sandbox_id = %sandbox.id, error = %failure.error, "spawn failed and was rolled back");
     }
 }
 

@@ -102,6 +102,96 @@ fn serve_refuses_an_invalid_configuration_naming_the_key() {
 }
 
 #[test]
+fn serve_refuses_auth_without_a_key_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = svc()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("SVC_AUTH__ENABLED", "true")
+        .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("auth.api_key"), "{stderr}");
+}
+
+#[test]
+fn serve_with_api_keys_never_logs_them() {
+    const KEY: &str = "cli-secret-api-key-0123456789abcdef";
+    const WRONG: &str = "cli-wrong-key-fedcba9876543210";
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let child = svc()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("SVC_SERVER__PORT", port.to_string())
+        .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.path().join("mock"))
+        .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
+        .env("SVC_AUTH__ENABLED", "true")
+        .env("SVC_AUTH__API_KEY", KEY)
+        .env("SVC_LOGGING__LEVEL", "debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !health_answers(port) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "svc serve did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let unauthorized = raw_request(port, "GET /api/v1/sandboxes", &[("X-API-Key", WRONG)]);
+    assert!(unauthorized.starts_with("HTTP/1.1 401"), "{unauthorized}");
+    assert!(!unauthorized.contains(WRONG));
+    let ok = raw_request(port, "GET /api/v1/sandboxes", &[("X-API-Key", KEY)]);
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let admin = raw_request(
+        port,
+        "GET /api/v1/admin/providers",
+        &[("X-Admin-API-Key", WRONG)],
+    );
+    assert!(admin.starts_with("HTTP/1.1 401"), "{admin}");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("API keys required"), "{stderr}");
+    assert!(
+        stderr.contains("status=401") || stderr.contains("401"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(KEY), "the API key reached the log");
+    assert!(!stderr.contains(WRONG), "a presented key reached the log");
+}
+
+/// One HTTP/1.1 request over a plain blocking socket; the whole response as text.
+fn raw_request(port: u16, request_line: &str, headers: &[(&str, &str)]) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut request =
+        format!("{request_line} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+#[test]
 fn serve_runs_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let port = {

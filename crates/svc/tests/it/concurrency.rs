@@ -1,6 +1,7 @@
 //! Parallel spawns and destroys leave a consistent store.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -74,6 +75,50 @@ async fn fifty_parallel_spawns_and_destroys_stay_consistent() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(runtimes, running);
+    let server = std::sync::Arc::into_inner(server).expect("no other references");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_spawns_against_a_capacity_of_five() {
+    let server = std::sync::Arc::new(
+        TestServer::start_with(|c| {
+            c.defaults.max_sandboxes = 5;
+        })
+        .await,
+    );
+    let mut events = server.events("?types=resource.limit", None).await;
+    let spawns = (0..200).map(|i| {
+        let server = std::sync::Arc::clone(&server);
+        tokio::spawn(async move {
+            server
+                .post("/sandboxes", json!({"owner_id": format!("user{}", i % 7)}))
+                .await
+        })
+    });
+    let replies: Vec<_> = futures::future::join_all(spawns)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let created = replies.iter().filter(|r| r.status == 201).count();
+    let limited: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
+    assert_eq!(created, 5, "exactly the capacity is admitted");
+    assert_eq!(limited.len(), 195, "every other spawn is refused");
+    for reply in &limited {
+        let message = reply.assert_error(429, "resource_limit");
+        assert!(message.contains("max_sandboxes"), "{message}");
+    }
+    assert_eq!(
+        server.listed_ids("?state=all").await.len(),
+        5,
+        "no record for a refusal"
+    );
+    let limit = events
+        .next(Duration::from_secs(5))
+        .await
+        .expect("resource.limit");
+    assert_eq!(limit.data["data"]["reason"], "max_sandboxes");
     let server = std::sync::Arc::into_inner(server).expect("no other references");
     server.shutdown().await;
 }

@@ -643,13 +643,13 @@ async fn an_engine_going_away_mid_operation() {
         vec![id.clone()],
         "the failed spawn holds nothing"
     );
-    for other in server.listed_ids("?state=all").await {
-        if other != id {
-            let record = server.get(&format!("/sandboxes/{other}")).await.body;
-            assert_eq!(record["state"], "error", "{record}");
-            assert_eq!(record["state_reason"], "spawn_failed", "{record}");
-        }
-    }
+    // A spawn admitted before the health cache noticed: its rollback waits for the engine.
+    let failed: Vec<String> = server
+        .listed_ids("?state=all")
+        .await
+        .into_iter()
+        .filter(|other| *other != id)
+        .collect();
     wait_for(
         "/ready to report the engine gone",
         Duration::from_secs(10),
@@ -662,6 +662,16 @@ async fn an_engine_going_away_mid_operation() {
         server.get("/ready").await.status == 200
     })
     .await;
+    for other in &failed {
+        wait_for(
+            "the failed spawn's rollback",
+            Duration::from_secs(30),
+            || async { server.get(&format!("/sandboxes/{other}")).await.body["state"] == "error" },
+        )
+        .await;
+        let record = server.get(&format!("/sandboxes/{other}")).await.body;
+        assert_eq!(record["state_reason"], "spawn_failed", "{record}");
+    }
     assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
     let managed = docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
@@ -740,5 +750,74 @@ async fn missing_images_are_pulled_and_failures_leave_nothing() {
         server.get(&format!("/sandboxes/{id}")).await.body["state"],
         "destroyed"
     );
+    finish(server, &docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spawns_whose_clients_disconnect_leave_no_orphans() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    // Only this test's containers: other tests share the engine.
+    let owner = format!("disconnect-{}", std::process::id());
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let mut given_up = 0;
+    for _wave in 0..5 {
+        let spawns = (0..10).map(|_| {
+            impatient
+                .post(server.url("/sandboxes"))
+                .json(&json!({"provider": "docker", "image": IMAGE, "owner_id": owner}))
+                .send()
+        });
+        given_up += futures::future::join_all(spawns)
+            .await
+            .into_iter()
+            .filter(Result::is_err)
+            .count();
+    }
+    assert!(given_up >= 45, "the clients gave up ({given_up} of 50)");
+    let records = || async {
+        let reply = server
+            .get(&format!("/sandboxes?state=all&owner_id={owner}"))
+            .await;
+        reply.body.as_array().unwrap().clone()
+    };
+    wait_for(
+        "every abandoned spawn to settle",
+        Duration::from_secs(180),
+        || async { records().await.iter().all(|r| r["state"] != "creating") },
+    )
+    .await;
+    let records = records().await;
+    assert!(!records.is_empty(), "the server received the spawns");
+    let running: std::collections::BTreeSet<String> = records
+        .iter()
+        .filter(|r| r["state"] == "running")
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    let containers: std::collections::BTreeSet<String> = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(std::collections::HashMap::from([(
+                "label".to_owned(),
+                vec![format!("dev.svc.owner={owner}")],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.labels?.get("dev.svc.sandbox_id").cloned())
+        .collect();
+    assert_eq!(
+        containers, running,
+        "every labelled container has a running record and every running record a container"
+    );
+    for id in &running {
+        assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    }
     finish(server, &docker).await;
 }

@@ -151,6 +151,24 @@ impl TestServer {
         Self::reply(request.send().await.expect("request sent")).await
     }
 
+    /// Sends a request with extra headers (credentials) and an optional JSON body.
+    pub async fn call_as(
+        &self,
+        headers: &[(&str, &str)],
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut request = self.client.request(method, self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        Self::reply(request.send().await.expect("request sent")).await
+    }
+
     /// Sends raw bytes as the body.
     pub async fn call_raw(
         &self,

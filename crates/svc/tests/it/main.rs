@@ -6,6 +6,7 @@
 
 mod harness;
 
+mod auth;
 mod bad_input;
 mod cli;
 mod concurrency;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The seams issue's benchmark: the same mock spawn+destroy and buffered-exec scenarios against
+# (a) a baseline binary built from an earlier commit, (b) this build with auth off and (c) this
+# build with an API key, interleaved run by run so the machine's drift hits all three alike.
+# Usage: bench/seams.sh BASELINE_SVC_BINARY [RUNS] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+baseline="${1:?usage: bench/seams.sh BASELINE_SVC_BINARY [RUNS] [SECONDS]}"
+runs="${2:-5}"
+seconds="${3:-5}"
+port="${SVC_BENCH_PORT:-17424}"
+key="bench-api-key-0123456789abcdef0123456789"
+
+cargo build --release --quiet -p svc -p svc-bench
+current="$PWD/target/release/svc"
+url="http://127.0.0.1:$port"
+
+# run LABEL BINARY AUTH(on|off)
+run() {
+    local label="$1" binary="$2" auth="$3" work pid
+    work="$(mktemp -d)"
+    (
+        cd "$work"
+        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
+            SVC_PROVIDERS__DOCKER__ENABLED=false
+        if [ "$auth" = on ]; then
+            export SVC_AUTH__ENABLED=true SVC_AUTH__API_KEY="$key"
+        fi
+        exec "$binary" serve 2>"$work/svc.log"
+    ) &
+    pid=$!
+    for _ in $(seq 100); do
+        curl -sf "$url/api/v1/health" >/dev/null && break
+        sleep 0.1
+    done
+    local env=()
+    [ "$auth" = on ] && env=(env SVC_API_KEY="$key")
+    printf '%s spawn-destroy: ' "$label"
+    "${env[@]}" target/release/svc-bench --url "$url" spawn-destroy --concurrency 16 --seconds "$seconds" | tr '\n' ' '
+    echo
+    printf '%s exec-latency: ' "$label"
+    "${env[@]}" target/release/svc-bench --url "$url" exec-latency --iterations 300 | grep -i buffered | tr '\n' ' '
+    echo
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+
+for i in $(seq "$runs"); do
+    echo "== run $i"
+    run baseline "$baseline" off
+    run auth-off "$current" off
+    run api-key "$current" on
+done

@@ -1,0 +1,377 @@
+//! The control plane on real parts it can break at will: the mock provider in a temporary
+//! directory and in-memory SQLite, each behind a wrapper that injects faults (a store write
+//! that fails or panics on the Nth call, a provider spawn that fails, hangs or is slow), and a
+//! manual clock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use svc_control::{
+    Authenticator, ControlPlane, ControlPlaneParts, EventFilter, Principal, ProviderRegistry,
+    Subscription,
+};
+use svc_core::admission::{AdmitOutcome, CapacityLimits};
+use svc_core::config::Config;
+use svc_core::sandbox::{Ending, Sandbox};
+use svc_core::template::Template;
+use svc_core::{Capability, ManualClock, SandboxId, Timestamp};
+use svc_provider::mock::MockProvider;
+use svc_provider::{Provider, ProviderError, RuntimeInfo, RuntimeStatus, SpawnSpec};
+use svc_store::sqlite::SqliteStore;
+use svc_store::{EndedState, SandboxFilter, Store, StoreError, StoreResult};
+
+/// What the provider does at spawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnFault {
+    /// Works.
+    None,
+    /// Answers an error.
+    Fail,
+    /// Never answers.
+    Hang,
+    /// Works, after this long.
+    Slow(Duration),
+    /// Panics.
+    Panic,
+}
+
+/// The mock provider with injectable faults.
+pub struct FaultyProvider {
+    inner: MockProvider,
+    pub spawn_fault: Mutex<SpawnFault>,
+    pub destroy_fails: Mutex<bool>,
+    pub spawns_started: AtomicUsize,
+}
+
+impl FaultyProvider {
+    pub fn new(root: &std::path::Path) -> Self {
+        FaultyProvider {
+            inner: MockProvider::new(root),
+            spawn_fault: Mutex::new(SpawnFault::None),
+            destroy_fails: Mutex::new(false),
+            spawns_started: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn set_spawn(&self, fault: SpawnFault) {
+        *self.spawn_fault.lock().unwrap() = fault;
+    }
+}
+
+#[async_trait]
+impl Provider for FaultyProvider {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> &'static [Capability] {
+        self.inner.capabilities()
+    }
+
+    fn config_summary(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.inner.config_summary()
+    }
+
+    async fn health(&self) -> Result<(), ProviderError> {
+        self.inner.health().await
+    }
+
+    async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError> {
+        self.spawns_started.fetch_add(1, Ordering::SeqCst);
+        let fault = *self.spawn_fault.lock().unwrap();
+        match fault {
+            SpawnFault::None => self.inner.spawn(spec).await,
+            SpawnFault::Fail => Err(ProviderError::failed("injected spawn failure")),
+            SpawnFault::Hang => std::future::pending().await,
+            SpawnFault::Slow(delay) => {
+                tokio::time::sleep(delay).await;
+                self.inner.spawn(spec).await
+            }
+            SpawnFault::Panic => panic!("injected provider panic"),
+        }
+    }
+
+    async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        if *self.destroy_fails.lock().unwrap() {
+            return Err(ProviderError::Unavailable {
+                message: "injected destroy failure".into(),
+            });
+        }
+        self.inner.destroy(id).await
+    }
+
+    async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
+        if *self.destroy_fails.lock().unwrap() {
+            return Err(ProviderError::Unavailable {
+                message: "injected status failure".into(),
+            });
+        }
+        self.inner.status(id).await
+    }
+
+    async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {
+        self.inner.inventory().await
+    }
+}
+
+/// What the store does on its Nth write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    /// Answers a backend error.
+    Fail,
+    /// Panics (a bug in the middle of a spawn).
+    Panic,
+}
+
+/// SQLite in memory; write number `fail_at` (1-based, counted from [`FaultyStore::arm`]) fails.
+pub struct FaultyStore {
+    inner: Arc<SqliteStore>,
+    /// How long the admitting write takes; it completes even when its caller is gone, as a
+    /// real write handed to the database does.
+    pub admit_delay: Mutex<Option<Duration>>,
+    writes: AtomicUsize,
+    fault: Mutex<Option<(usize, WriteFault)>>,
+}
+
+impl FaultyStore {
+    pub async fn new() -> Self {
+        FaultyStore {
+            inner: Arc::new(SqliteStore::open(":memory:").await.unwrap()),
+            admit_delay: Mutex::new(None),
+            writes: AtomicUsize::new(0),
+            fault: Mutex::new(None),
+        }
+    }
+
+    /// The `nth` write from now fails this way.
+    pub fn arm(&self, nth: usize, fault: WriteFault) {
+        let base = self.writes.load(Ordering::SeqCst);
+        *self.fault.lock().unwrap() = Some((base + nth, fault));
+    }
+
+    fn write(&self, operation: &'static str) -> StoreResult<()> {
+        let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        let fault = *self.fault.lock().unwrap();
+        match fault {
+            Some((at, WriteFault::Fail)) if at == n => Err(StoreError::Backend {
+                operation,
+                source: "injected write failure".into(),
+            }),
+            Some((at, WriteFault::Panic)) if at == n => {
+                panic!("injected store panic in {operation}")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    fn backend(&self) -> &'static str {
+        "faulty-sqlite"
+    }
+    async fn ping(&self) -> StoreResult<Duration> {
+        self.inner.ping().await
+    }
+    async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
+        self.write("insert_sandbox")?;
+        self.inner.insert_sandbox(sandbox).await
+    }
+    async fn admit_sandbox(
+        &self,
+        sandbox: &Sandbox,
+        limits: CapacityLimits,
+    ) -> StoreResult<AdmitOutcome> {
+        self.write("admit_sandbox")?;
+        let delay = *self.admit_delay.lock().unwrap();
+        let Some(delay) = delay else {
+            return self.inner.admit_sandbox(sandbox, limits).await;
+        };
+        let inner = Arc::clone(&self.inner);
+        let sandbox = sandbox.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            inner.admit_sandbox(&sandbox, limits).await
+        })
+        .await
+        .unwrap()
+    }
+    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+        self.write("mark_sandbox_running")?;
+        self.inner.mark_sandbox_running(id).await
+    }
+    async fn end_sandbox(
+        &self,
+        id: &SandboxId,
+        state: EndedState,
+        ending: &Ending,
+        at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        self.write("end_sandbox")?;
+        self.inner.end_sandbox(id, state, ending, at).await
+    }
+    async fn get_sandbox(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+        self.inner.get_sandbox(id).await
+    }
+    async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
+        self.inner.list_sandboxes(filter).await
+    }
+    async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64> {
+        self.inner.count_active_sandboxes(owner_id).await
+    }
+    async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64> {
+        self.inner.count_sandboxes_on_provider(provider).await
+    }
+    async fn set_sandbox_expiry(
+        &self,
+        id: &SandboxId,
+        expires_at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        self.write("set_sandbox_expiry")?;
+        self.inner.set_sandbox_expiry(id, expires_at).await
+    }
+    async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>> {
+        self.inner.list_expired_sandboxes(now).await
+    }
+    async fn purge_destroyed_before(&self, cutoff: Timestamp) -> StoreResult<u64> {
+        self.write("purge_destroyed_before")?;
+        self.inner.purge_destroyed_before(cutoff).await
+    }
+    async fn insert_template(&self, template: &Template) -> StoreResult<()> {
+        self.write("insert_template")?;
+        self.inner.insert_template(template).await
+    }
+    async fn get_template(&self, name: &str) -> StoreResult<Option<Template>> {
+        self.inner.get_template(name).await
+    }
+    async fn list_templates(&self) -> StoreResult<Vec<Template>> {
+        self.inner.list_templates().await
+    }
+    async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
+        self.write("update_template")?;
+        self.inner.update_template(template).await
+    }
+    async fn delete_template(&self, name: &str) -> StoreResult<bool> {
+        self.write("delete_template")?;
+        self.inner.delete_template(name).await
+    }
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+}
+
+/// A control plane over faulty parts.
+pub struct Fixture {
+    pub plane: ControlPlane,
+    pub store: Arc<FaultyStore>,
+    pub provider: Arc<FaultyProvider>,
+    pub clock: Arc<ManualClock>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    pub async fn new() -> Self {
+        Self::with(|_| {}).await
+    }
+
+    pub async fn with(adjust: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FaultyStore::new().await);
+        let provider = Arc::new(FaultyProvider::new(&dir.path().join("mock")));
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let plane = Self::plane_over(&store, &provider, &clock, adjust, false);
+        Fixture {
+            plane,
+            store,
+            provider,
+            clock,
+            dir,
+        }
+    }
+
+    /// A second control plane on the same store and provider (a restart), with the provider
+    /// enabled or only retired.
+    pub fn restarted(&self, retired: bool) -> ControlPlane {
+        Self::plane_over(&self.store, &self.provider, &self.clock, |_| {}, retired)
+    }
+
+    fn plane_over(
+        store: &Arc<FaultyStore>,
+        provider: &Arc<FaultyProvider>,
+        clock: &Arc<ManualClock>,
+        adjust: impl FnOnce(&mut Config),
+        retired: bool,
+    ) -> ControlPlane {
+        let mut config = Config::default();
+        config.defaults.spawn_timeout = svc_core::GoDuration::from_millis(300);
+        adjust(&mut config);
+        let clock: Arc<dyn svc_core::Clock> = Arc::clone(clock) as Arc<dyn svc_core::Clock>;
+        let provider: Arc<dyn Provider> = Arc::clone(provider) as Arc<dyn Provider>;
+        let registry = if retired {
+            ProviderRegistry::new(Vec::new(), String::new(), Arc::clone(&clock))
+                .with_retired(vec![provider])
+        } else {
+            ProviderRegistry::new(vec![provider], "mock".into(), Arc::clone(&clock))
+        };
+        ControlPlane::new(ControlPlaneParts {
+            config: Arc::new(config),
+            store: Arc::clone(store) as Arc<dyn Store>,
+            providers: Arc::new(registry),
+            clock,
+            authenticator: Authenticator::Open,
+        })
+    }
+
+    pub fn admin(&self) -> Principal {
+        Principal::anonymous(None)
+    }
+
+    pub fn events(&self) -> Subscription {
+        self.plane
+            .subscribe_events(&self.admin(), EventFilter::default(), None)
+            .unwrap()
+    }
+
+    /// Every record, in any state.
+    pub async fn records(&self) -> Vec<Sandbox> {
+        self.store
+            .list_sandboxes(&SandboxFilter {
+                state: svc_store::StateFilter::All,
+                ..SandboxFilter::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Sandbox IDs that have a runtime directory in the mock provider.
+    pub fn runtimes(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.dir.path().join("mock")) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Waits until `check` holds, or fails naming `what`.
+    pub async fn wait_for<F: std::future::Future<Output = bool>>(
+        &self,
+        what: &str,
+        mut check: impl FnMut() -> F,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !check().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! Tests of the control plane itself, below HTTP: the spawn pipeline's rollback at every step,
+//! a caller that goes away mid-spawn, a crash that left records in `creating`, concurrent
+//! spawns at a small capacity, and the permission table on every call.
+
+// Tests panic on purpose when the control plane misbehaves.
+#![allow(clippy::unwrap_used)]
+
+mod fixture;
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fixture::{Fixture, SpawnFault, WriteFault};
+use svc_control::{Action, ListSandboxes, Principal, Role, Subscription};
+use svc_core::event::EventType;
+use svc_core::sandbox::{Sandbox, SandboxState, SpawnRequest, StateReason};
+use svc_core::{ErrorKind, SandboxId};
+use svc_provider::{Provider, SpawnSpec};
+use svc_store::Store;
+
+fn request() -> SpawnRequest {
+    SpawnRequest::default()
+}
+
+/// The types of the events that arrive within a short while.
+async fn drain(events: &mut Subscription) -> Vec<EventType> {
+    let mut types = Vec::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+    {
+        types.push(event.event_type);
+    }
+    types
+}
+
+/// The one record there is, which must have ended as `error` with `spawn_failed`.
+async fn the_failed_record(fx: &Fixture) -> Sandbox {
+    let records = fx.records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = records.into_iter().next().unwrap();
+    assert_eq!(record.state, SandboxState::Error);
+    assert_eq!(record.state_reason, Some(StateReason::SpawnFailed));
+    assert!(!record.state_message.clone().unwrap_or_default().is_empty());
+    record
+}
+
+#[tokio::test]
+async fn a_spawn_goes_through_every_step() {
+    let fx = Fixture::new().await;
+    let mut events = fx.events();
+    let sandbox = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap();
+    assert_eq!(sandbox.state, SandboxState::Running);
+    assert_eq!(sandbox.state_reason, None);
+    assert_eq!(fx.runtimes(), vec![sandbox.id.to_string()]);
+    assert_eq!(
+        drain(&mut events).await,
+        [EventType::SandboxCreated, EventType::SandboxRunning]
+    );
+}
+
+#[tokio::test]
+async fn invalid_input_is_refused_before_anything_is_written_or_spawned() {
+    let fx = Fixture::new().await;
+    for bad in [
+        SpawnRequest {
+            image: Some("../../etc".into()),
+            ..request()
+        },
+        SpawnRequest {
+            memory_mb: Some(0),
+            ..request()
+        },
+        SpawnRequest {
+            provider: Some("nope".into()),
+            ..request()
+        },
+        SpawnRequest {
+            owner_id: Some("has space".into()),
+            ..request()
+        },
+        SpawnRequest {
+            template: Some("missing".into()),
+            ..request()
+        },
+    ] {
+        let err = fx
+            .plane
+            .spawn_sandbox(&fx.admin(), bad.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BadRequest, "{bad:?}: {err}");
+    }
+    assert!(fx.records().await.is_empty());
+    assert_eq!(fx.provider.spawns_started.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_failing_admission_write_leaves_nothing() {
+    let fx = Fixture::new().await;
+    fx.store.arm(1, WriteFault::Fail);
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    assert!(
+        !err.public_message().contains("injected"),
+        "no store detail leaks"
+    );
+    assert!(fx.records().await.is_empty());
+    assert_eq!(fx.provider.spawns_started.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_failing_provider_spawn_ends_the_record_as_error() {
+    let fx = Fixture::new().await;
+    fx.provider.set_spawn(SpawnFault::Fail);
+    let mut events = fx.events();
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ProviderError);
+    the_failed_record(&fx).await;
+    assert!(fx.runtimes().is_empty());
+    assert_eq!(
+        drain(&mut events).await,
+        [
+            EventType::SandboxError,
+            EventType::OperationFailed,
+            EventType::ProviderFailed
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_provider_spawn_times_out_and_rolls_back() {
+    let fx = Fixture::new().await;
+    fx.provider.set_spawn(SpawnFault::Hang);
+    let started = std::time::Instant::now();
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ProviderError);
+    assert!(err.to_string().contains("spawn_timeout"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    the_failed_record(&fx).await;
+}
+
+#[tokio::test]
+async fn a_runtime_created_after_the_deadline_is_removed_when_it_appears() {
+    let fx = Fixture::new().await;
+    fx.provider
+        .set_spawn(SpawnFault::Slow(Duration::from_millis(600)));
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ProviderError);
+    the_failed_record(&fx).await;
+    // The slow spawn finishes 300 ms after the deadline; its runtime must not outlive it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fx.wait_for("the late runtime to be removed", || async {
+        fx.runtimes().is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failing_mark_running_removes_the_runtime() {
+    let fx = Fixture::new().await;
+    // Write 1 admits and records; write 2 marks running.
+    fx.store.arm(2, WriteFault::Fail);
+    let mut events = fx.events();
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    the_failed_record(&fx).await;
+    assert!(fx.runtimes().is_empty(), "runtime removed");
+    let types = drain(&mut events).await;
+    assert_eq!(types, [EventType::SandboxError, EventType::OperationFailed]);
+}
+
+#[tokio::test]
+async fn a_panic_mid_spawn_is_still_undone() {
+    let fx = Fixture::new().await;
+    fx.store.arm(2, WriteFault::Panic);
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    fx.wait_for("the undo after the panic", || async {
+        fx.records()
+            .await
+            .first()
+            .is_some_and(|r| r.state == SandboxState::Error)
+    })
+    .await;
+    assert!(fx.runtimes().is_empty());
+}
+
+#[tokio::test]
+async fn a_provider_panic_at_spawn_is_a_provider_failure() {
+    let fx = Fixture::new().await;
+    fx.provider.set_spawn(SpawnFault::Panic);
+    let err = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ProviderError);
+    the_failed_record(&fx).await;
+}
+
+#[tokio::test]
+async fn a_runtime_that_cannot_be_removed_keeps_its_record_creating() {
+    let fx = Fixture::new().await;
+    fx.store.arm(2, WriteFault::Fail);
+    *fx.provider.destroy_fails.lock().unwrap() = true;
+    fx.plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    let records = fx.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].state,
+        SandboxState::Creating,
+        "the runtime may exist, so the record says so and keeps its capacity"
+    );
+    assert_eq!(fx.runtimes(), vec![records[0].id.to_string()]);
+    // Once the provider answers again, recovery at the next start settles it.
+    *fx.provider.destroy_fails.lock().unwrap() = false;
+    let report = fx
+        .restarted(false)
+        .recover_interrupted_spawns()
+        .await
+        .unwrap();
+    assert_eq!((report.found, report.resumed), (1, 1));
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
+    let fx = Fixture::new().await;
+    fx.provider
+        .set_spawn(SpawnFault::Slow(Duration::from_millis(150)));
+    let gone = tokio::time::timeout(
+        Duration::from_millis(20),
+        fx.plane.spawn_sandbox(&fx.admin(), request()),
+    )
+    .await;
+    assert!(gone.is_err(), "the caller gave up first");
+    fx.wait_for("the abandoned spawn to finish", || async {
+        fx.records()
+            .await
+            .first()
+            .is_some_and(|r| r.state == SandboxState::Running)
+    })
+    .await;
+    let record = fx.records().await.remove(0);
+    assert_eq!(fx.runtimes(), vec![record.id.to_string()]);
+
+    // Gone while the admitting write is in flight: the write lands, and the spawn goes on.
+    let fx = Fixture::new().await;
+    *fx.store.admit_delay.lock().unwrap() = Some(Duration::from_millis(100));
+    let gone = tokio::time::timeout(
+        Duration::from_millis(20),
+        fx.plane.spawn_sandbox(&fx.admin(), request()),
+    )
+    .await;
+    assert!(gone.is_err());
+    fx.wait_for("the spawn admitted after its caller left", || async {
+        fx.records()
+            .await
+            .first()
+            .is_some_and(|r| r.state == SandboxState::Running)
+    })
+    .await;
+    assert_eq!(fx.runtimes().len(), 1);
+
+    // The same, when the provider then fails: the record ends, nothing runs.
+    let fx = Fixture::new().await;
+    fx.provider.set_spawn(SpawnFault::Hang);
+    let _ = tokio::time::timeout(
+        Duration::from_millis(20),
+        fx.plane.spawn_sandbox(&fx.admin(), request()),
+    )
+    .await;
+    fx.wait_for("the abandoned spawn to be rolled back", || async {
+        fx.records()
+            .await
+            .first()
+            .is_some_and(|r| r.state == SandboxState::Error)
+    })
+    .await;
+    assert!(fx.runtimes().is_empty());
+}
+
+#[tokio::test]
+async fn recovery_resolves_records_a_crash_left_creating() {
+    let fx = Fixture::new().await;
+    // A record shaped by a real spawn, then destroyed: the template for the crash's leftovers.
+    let shape = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap();
+    fx.plane
+        .destroy_sandbox(&fx.admin(), shape.id.as_str())
+        .await
+        .unwrap();
+    let interrupted = |worker: &str| Sandbox {
+        id: SandboxId::generate(),
+        state: SandboxState::Creating,
+        worker_id: Some(worker.into()),
+        ..shape.clone()
+    };
+    // Three spawns a crash interrupted between the record and `running`, and one of another
+    // worker's, which is not this worker's to settle.
+    let with_runtime = interrupted("local");
+    let without_runtime = interrupted("local");
+    let half_made = interrupted("local");
+    let foreign = interrupted("elsewhere");
+    for record in [&with_runtime, &without_runtime, &half_made, &foreign] {
+        fx.store.insert_sandbox(record).await.unwrap();
+    }
+    fx.provider.spawn(&spec(&with_runtime.id)).await.unwrap();
+    // A runtime directory the provider would not call running: a file in its place.
+    std::fs::write(fx.dir.path().join("mock").join(half_made.id.as_str()), b"x").unwrap();
+
+    let restarted = fx.restarted(false);
+    let mut events = restarted
+        .subscribe_events(&fx.admin(), Default::default(), None)
+        .unwrap();
+    let report = restarted.recover_interrupted_spawns().await.unwrap();
+    assert_eq!(
+        (
+            report.found,
+            report.resumed,
+            report.failed,
+            report.unresolved
+        ),
+        (3, 1, 2, 0),
+        "{report:?}"
+    );
+    let state_of = |id: SandboxId| {
+        let store = Arc::clone(&fx.store);
+        async move { store.get_sandbox(&id).await.unwrap().unwrap() }
+    };
+    assert_eq!(
+        state_of(with_runtime.id.clone()).await.state,
+        SandboxState::Running
+    );
+    for id in [&without_runtime.id, &half_made.id] {
+        let record = state_of(id.clone()).await;
+        assert_eq!(record.state, SandboxState::Error);
+        assert_eq!(record.state_reason, Some(StateReason::SpawnFailed));
+    }
+    assert_eq!(
+        state_of(foreign.id.clone()).await.state,
+        SandboxState::Creating
+    );
+    let types = drain(&mut events).await;
+    assert_eq!(
+        types
+            .iter()
+            .filter(|t| **t == EventType::SandboxError)
+            .count(),
+        2
+    );
+    assert!(types.contains(&EventType::SandboxRunning));
+    assert_eq!(fx.runtimes(), vec![with_runtime.id.to_string()]);
+    assert!(
+        !fx.dir
+            .path()
+            .join("mock")
+            .join(half_made.id.as_str())
+            .exists(),
+        "the leftover was removed"
+    );
+}
+
+fn spec(id: &SandboxId) -> SpawnSpec {
+    SpawnSpec {
+        id: id.clone(),
+        image: "alpine".into(),
+        memory_mb: 64,
+        vcpus: 1,
+        env: Default::default(),
+        network: None,
+        labels: Default::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_spawns_never_exceed_a_small_capacity() {
+    let fx = Arc::new(
+        Fixture::with(|c| {
+            c.defaults.max_sandboxes = 3;
+        })
+        .await,
+    );
+    let spawns = (0..40).map(|_| {
+        let fx = Arc::clone(&fx);
+        tokio::spawn(async move { fx.plane.spawn_sandbox(&fx.admin(), request()).await })
+    });
+    let results = futures::future::join_all(spawns).await;
+    let (ok, denied): (Vec<_>, Vec<_>) = results
+        .into_iter()
+        .map(Result::unwrap)
+        .partition(Result::is_ok);
+    assert_eq!(ok.len(), 3);
+    assert!(denied
+        .iter()
+        .all(|r| r.as_ref().unwrap_err().kind() == ErrorKind::ResourceLimit));
+    assert_eq!(fx.runtimes().len(), 3);
+
+    let fx = Arc::new(
+        Fixture::with(|c| {
+            c.defaults.max_sandboxes_per_owner = 2;
+        })
+        .await,
+    );
+    let spawns = (0..30).map(|i| {
+        let fx = Arc::clone(&fx);
+        tokio::spawn(async move {
+            let owner = format!("owner{}", i % 3);
+            let principal = Principal::anonymous(Some(svc_core::OwnerId::parse(&owner).unwrap()));
+            fx.plane
+                .spawn_sandbox(&principal, request())
+                .await
+                .map(|s| s.owner_id)
+        })
+    });
+    let owners: Vec<String> = futures::future::join_all(spawns)
+        .await
+        .into_iter()
+        .filter_map(|r| r.unwrap().ok())
+        .collect();
+    assert_eq!(owners.len(), 6, "two for each of three owners");
+    assert_eq!(owners.iter().collect::<HashSet<_>>().len(), 3);
+}
+
+#[tokio::test]
+async fn every_call_is_checked_against_the_permission_table() {
+    let fx = Fixture::new().await;
+    let sandbox = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap();
+    let id = sandbox.id.as_str();
+    let viewer = Principal {
+        role: Role::Viewer,
+        ..Principal::anonymous(None)
+    };
+    assert!(fx.plane.get_sandbox(&viewer, id).await.is_ok());
+    assert!(fx
+        .plane
+        .list_sandboxes(&viewer, ListSandboxes::default())
+        .await
+        .is_ok());
+    assert!(fx.plane.list_templates(&viewer).await.is_ok());
+    let forbidden = [
+        fx.plane.spawn_sandbox(&viewer, request()).await.map(drop),
+        fx.plane.destroy_sandbox(&viewer, id).await,
+        fx.plane.prune_expired(&viewer).await.map(drop),
+        fx.plane.test_providers(&viewer).await.map(drop),
+        fx.plane.check_exec_target(&viewer, id).await,
+        fx.plane
+            .delete_template(&viewer, "anything")
+            .await
+            .map(drop),
+        fx.plane.authorize(&viewer, Action::UseAdminRoutes),
+    ];
+    for result in forbidden {
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::Forbidden);
+    }
+    assert_eq!(
+        fx.records().await[0].state,
+        SandboxState::Running,
+        "nothing changed"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_disabled_for_spawns_still_destroys_and_reaps() {
+    let fx = Fixture::new().await;
+    let kept = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap();
+    let expiring = fx
+        .plane
+        .spawn_sandbox(
+            &fx.admin(),
+            SpawnRequest {
+                ttl: Some(svc_core::GoDuration::from_secs(60)),
+                ..request()
+            },
+        )
+        .await
+        .unwrap();
+    let restarted = fx.restarted(true);
+    let err = restarted
+        .spawn_sandbox(
+            &fx.admin(),
+            SpawnRequest {
+                provider: Some("mock".into()),
+                ..request()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadRequest, "{err}");
+    restarted
+        .destroy_sandbox(&fx.admin(), kept.id.as_str())
+        .await
+        .unwrap();
+    fx.clock.advance(Duration::from_secs(120));
+    assert_eq!(restarted.prune_expired(&fx.admin()).await.unwrap(), 1);
+    assert!(fx.runtimes().is_empty());
+    let states: Vec<_> = fx
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.state_reason)
+        .collect();
+    assert!(states.contains(&Some(StateReason::DestroyedByRequest)));
+    assert!(states.contains(&Some(StateReason::Pruned)));
+    let _ = expiring;
+}
