@@ -43,9 +43,16 @@ pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let kind = self.0.kind();
-        if kind == ErrorKind::Internal {
-            // Logged once, here, inside the request's span (which carries the request ID).
-            tracing::error!(error = %self.0, source = ?std::error::Error::source(&self.0), "internal error");
+        // Logged once, here, inside the request's span (which carries the request ID), with
+        // the source the crate boundary kept; callers only see the public message.
+        match kind {
+            ErrorKind::Internal => {
+                tracing::error!(error = %self.0, source = ?std::error::Error::source(&self.0), "internal error");
+            }
+            ErrorKind::ProviderError | ErrorKind::Unavailable => {
+                tracing::warn!(error = %self.0, source = ?std::error::Error::source(&self.0), "backend failure");
+            }
+            _ => {}
         }
         let body = ErrorBody {
             code: kind.code(),

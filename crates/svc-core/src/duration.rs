@@ -26,15 +26,19 @@ pub enum DurationError {
     #[error("duration is empty")]
     Empty,
     /// A leading minus sign.
-    #[error("invalid duration {0:?}: negative durations are not allowed")]
+    #[error("invalid duration {}: negative durations are not allowed", crate::error::echo(.0))]
     Negative(String),
     /// Not Go duration syntax.
     #[error(
-        "invalid duration {0:?}: expected a number with a unit such as 300ms, 30s, 5m or 1h30m"
+        "invalid duration {}: expected a number with a unit such as 300ms, 30s, 5m or 1h30m", crate::error::echo(.0)
     )]
     Syntax(String),
     /// A unit that Go does not know.
-    #[error("invalid duration {input:?}: unknown unit {unit:?} (allowed: ns, us, ms, s, m, h)")]
+    #[error(
+        "invalid duration {}: unknown unit {} (allowed: ns, us, ms, s, m, h)",
+        crate::error::echo(input),
+        crate::error::echo(unit)
+    )]
     UnknownUnit {
         /// The whole input.
         input: String,
@@ -42,7 +46,7 @@ pub enum DurationError {
         unit: String,
     },
     /// Larger than about 292 years.
-    #[error("invalid duration {0:?}: too large")]
+    #[error("invalid duration {}: too large", crate::error::echo(.0))]
     Overflow(String),
 }
 

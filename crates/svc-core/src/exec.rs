@@ -52,7 +52,12 @@ pub struct ExecResult {
 /// Parses a file mode: 1 to 4 octal digits (`755`, `0644`), optionally prefixed `0o`.
 pub fn parse_mode(text: &str) -> Result<u32, String> {
     let digits = text.trim().strip_prefix("0o").unwrap_or(text.trim());
-    let invalid = || format!("invalid mode {text:?}: expected octal digits such as 644 or 0755");
+    let invalid = || {
+        format!(
+            "invalid mode {}: expected octal digits such as 644 or 0755",
+            crate::error::echo(text)
+        )
+    };
     if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
     {
         return Err(invalid());

@@ -10,7 +10,7 @@ pub struct SandboxPath(String);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidPath {
     /// Not starting with `/`.
-    #[error("path {0:?} must be absolute (start with /)")]
+    #[error("path {} must be absolute (start with /)", crate::error::echo(.0))]
     Relative(String),
     /// Contains a NUL byte.
     #[error("path must not contain NUL bytes")]

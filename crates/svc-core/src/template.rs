@@ -77,7 +77,8 @@ pub fn validate_template_name(name: &str) -> Result<(), String> {
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if name.len() > 128 || !valid_start || !valid_chars {
         return Err(format!(
-            "invalid template name {name:?}: use 1 to 128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
+            "invalid template name {}: use 1 to 128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
+            crate::error::echo(name)
         ));
     }
     Ok(())

@@ -359,6 +359,17 @@ impl Fixture {
         ids
     }
 
+    /// Waits until the first record is in `state`, or fails naming `what`.
+    pub async fn wait_for_first_record(&self, what: &str, state: svc_core::sandbox::SandboxState) {
+        self.wait_for(what, || async {
+            self.records()
+                .await
+                .first()
+                .is_some_and(|r| r.state == state)
+        })
+        .await;
+    }
+
     /// Waits until `check` holds, or fails naming `what`.
     pub async fn wait_for<F: std::future::Future<Output = bool>>(
         &self,

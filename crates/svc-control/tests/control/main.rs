@@ -205,13 +205,8 @@ async fn a_panic_mid_spawn_is_still_undone() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Internal);
-    fx.wait_for("the undo after the panic", || async {
-        fx.records()
-            .await
-            .first()
-            .is_some_and(|r| r.state == SandboxState::Error)
-    })
-    .await;
+    fx.wait_for_first_record("the undo after the panic", SandboxState::Error)
+        .await;
     assert!(fx.runtimes().is_empty());
 }
 
@@ -266,13 +261,8 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     )
     .await;
     assert!(gone.is_err(), "the caller gave up first");
-    fx.wait_for("the abandoned spawn to finish", || async {
-        fx.records()
-            .await
-            .first()
-            .is_some_and(|r| r.state == SandboxState::Running)
-    })
-    .await;
+    fx.wait_for_first_record("the abandoned spawn to finish", SandboxState::Running)
+        .await;
     let record = fx.records().await.remove(0);
     assert_eq!(fx.runtimes(), vec![record.id.to_string()]);
 
@@ -285,12 +275,10 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     )
     .await;
     assert!(gone.is_err());
-    fx.wait_for("the spawn admitted after its caller left", || async {
-        fx.records()
-            .await
-            .first()
-            .is_some_and(|r| r.state == SandboxState::Running)
-    })
+    fx.wait_for_first_record(
+        "the spawn admitted after its caller left",
+        SandboxState::Running,
+    )
     .await;
     assert_eq!(fx.runtimes().len(), 1);
 
@@ -302,13 +290,8 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
         fx.plane.spawn_sandbox(&fx.admin(), request()),
     )
     .await;
-    fx.wait_for("the abandoned spawn to be rolled back", || async {
-        fx.records()
-            .await
-            .first()
-            .is_some_and(|r| r.state == SandboxState::Error)
-    })
-    .await;
+    fx.wait_for_first_record("the abandoned spawn to be rolled back", SandboxState::Error)
+        .await;
     assert!(fx.runtimes().is_empty());
 }
 

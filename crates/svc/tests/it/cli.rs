@@ -121,10 +121,7 @@ fn serve_with_api_keys_never_logs_them() {
     const KEY: &str = "cli-secret-api-key-0123456789abcdef";
     const WRONG: &str = "cli-wrong-key-fedcba9876543210";
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = svc()
         .arg("serve")
         .current_dir(dir.path())
@@ -137,14 +134,7 @@ fn serve_with_api_keys_never_logs_them() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !health_answers(port) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "svc serve did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until_serving(port);
     let unauthorized = raw_request(port, "GET /api/v1/sandboxes", &[("X-API-Key", WRONG)]);
     assert!(unauthorized.starts_with("HTTP/1.1 401"), "{unauthorized}");
     assert!(!unauthorized.contains(WRONG));
@@ -194,10 +184,7 @@ fn raw_request(port: u16, request_line: &str, headers: &[(&str, &str)]) -> Strin
 #[test]
 fn serve_runs_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = svc()
         .arg("serve")
         .current_dir(dir.path())
@@ -207,19 +194,7 @@ fn serve_runs_and_stops_on_sigterm() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    // The socket accepts connections as soon as it is bound, before the store is open; a
-    // health answer means the server is up.
-    loop {
-        if health_answers(port) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "svc serve did not start answering"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until_serving(port);
     assert!(
         dir.path().join("svc.db").exists(),
         "the default store is ./svc.db"
@@ -237,6 +212,25 @@ fn serve_runs_and_stops_on_sigterm() {
         "{stderr}"
     );
     assert!(stderr.contains("svc stopped"), "{stderr}");
+}
+
+/// Waits for `svc serve` on `port`. The socket accepts connections as soon as it is bound,
+/// before the store is open; a health answer means the server is up.
+fn wait_until_serving(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !health_answers(port) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "svc serve did not start answering"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A free port on loopback.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
 }
 
 /// Whether `GET /api/v1/health` on `port` answers 200, over a plain blocking socket.

@@ -247,17 +247,31 @@ async fn prune_destroys_only_expired_sandboxes() {
     let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
     assert_eq!(pruned.status, 200);
     assert_eq!(pruned.body, json!({"pruned": 1}));
+    let gone = server
+        .get(&format!("/sandboxes/{}", short["id"].as_str().unwrap()))
+        .await
+        .body;
+    assert_eq!(gone["state"], "destroyed");
+    assert_eq!(gone["state_reason"], "pruned");
+    assert_eq!(gone["state_message"], "");
+    let alive = server
+        .get(&format!("/sandboxes/{}", long["id"].as_str().unwrap()))
+        .await
+        .body;
+    assert!(
+        alive.get("state_reason").is_none() && alive.get("state_message").is_none(),
+        "absent until the sandbox ends: {alive}"
+    );
+    let long_id = long["id"].as_str().unwrap();
     assert_eq!(
-        server
-            .get(&format!("/sandboxes/{}", short["id"].as_str().unwrap()))
-            .await
-            .body["state"],
-        "destroyed"
+        server.delete(&format!("/sandboxes/{long_id}")).await.status,
+        200
     );
     assert_eq!(
-        server.listed_ids("").await,
-        vec![long["id"].as_str().unwrap().to_owned()]
+        server.get(&format!("/sandboxes/{long_id}")).await.body["state_reason"],
+        "destroyed_by_request"
     );
+    assert!(server.listed_ids("").await.is_empty());
     server.shutdown().await;
 }
 
@@ -287,6 +301,7 @@ async fn reaper_destroys_expired_and_forgets_old_records() {
         "destroyed",
         "kept for the retention"
     );
+    assert_eq!(server.get(&path).await.body["state_reason"], "expired");
     server.clock.advance(Duration::from_secs(3601));
     wait_for(
         "the destroyed record to be forgotten",
