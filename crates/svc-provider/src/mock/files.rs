@@ -67,7 +67,7 @@ fn open_root(sandbox_dir: &Path) -> Result<Dir, ProviderError> {
     })
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ProviderError> + Send + 'static,
 ) -> Result<T, ProviderError> {
     tokio::task::spawn_blocking(f)

@@ -124,19 +124,41 @@ impl MockProvider {
     }
 
     async fn spawn_inner(&self, spec: &SpawnSpec) -> Result<(), ProviderError> {
-        tokio::fs::create_dir_all(&self.root).await?;
-        tokio::fs::create_dir(self.sandbox_dir(&spec.id)).await?;
         let record = RuntimeRecord {
             image: spec.image.clone(),
             labels: spec.labels.clone(),
         };
         let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
-        tokio::fs::write(self.record_path(&spec.id), json).await?;
-        Ok(())
+        let (root, dir, record_path) = (
+            self.root.clone(),
+            self.sandbox_dir(&spec.id),
+            self.record_path(&spec.id),
+        );
+        // One trip to the blocking pool for the whole runtime, not one per file operation.
+        files::blocking(move || {
+            std::fs::create_dir_all(&root)?;
+            std::fs::create_dir(&dir)?;
+            std::fs::write(&record_path, json)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes everything of a runtime in one trip to the blocking pool; what is already gone
+    /// is fine.
+    fn remove_runtime(dir: &Path, log: &Path, record: &Path) -> Result<(), ProviderError> {
+        match std::fs::symlink_metadata(dir) {
+            Ok(meta) if meta.is_dir() => remove_if_present(std::fs::remove_dir_all(dir))?,
+            // Whatever else stands in the runtime's place goes too.
+            Ok(_) => remove_if_present(std::fs::remove_file(dir))?,
+            Err(err) => remove_if_present(Err(err))?,
+        }
+        remove_if_present(std::fs::remove_file(log))?;
+        remove_if_present(std::fs::remove_file(record))
     }
 }
 
-async fn remove_if_present(result: std::io::Result<()>) -> Result<(), ProviderError> {
+fn remove_if_present(result: std::io::Result<()>) -> Result<(), ProviderError> {
     match result {
         // A path below something that is not a directory cannot exist either.
         Err(err) if !matches!(err.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
@@ -194,17 +216,12 @@ impl Provider for MockProvider {
     }
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
-        let dir = self.sandbox_dir(id);
-        match tokio::fs::symlink_metadata(&dir).await {
-            Ok(meta) if meta.is_dir() => {
-                remove_if_present(tokio::fs::remove_dir_all(&dir).await).await?;
-            }
-            // Whatever else stands in the runtime's place goes too.
-            Ok(_) => remove_if_present(tokio::fs::remove_file(&dir).await).await?,
-            Err(err) => remove_if_present(Err(err)).await?,
-        }
-        remove_if_present(tokio::fs::remove_file(self.log_path(id)).await).await?;
-        remove_if_present(tokio::fs::remove_file(self.record_path(id)).await).await
+        let (dir, log, record) = (
+            self.sandbox_dir(id),
+            self.log_path(id),
+            self.record_path(id),
+        );
+        files::blocking(move || Self::remove_runtime(&dir, &log, &record)).await
     }
 
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {

@@ -77,15 +77,62 @@ static INSERT_SANDBOX: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Sandbox statements that need the column list, formatted once (and then prepared once per
+/// connection through the statement cache).
+struct SandboxSql {
+    get: String,
+    mark_running: String,
+    end: String,
+    set_expiry: String,
+    list: String,
+    list_expired: String,
+}
+
+static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
+    get: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
+    mark_running: format!(
+        "UPDATE sandboxes SET state = 'running' WHERE id = ?1 AND state = 'creating' \
+         RETURNING {SANDBOX_COLUMNS}"
+    ),
+    end: format!(
+        "UPDATE sandboxes SET state = ?2, destroyed_at = ?3, ended_at = ?4, state_reason = ?5, \
+         state_message = ?6 WHERE id = ?1 AND {HOLDS_RUNTIME} RETURNING {SANDBOX_COLUMNS}"
+    ),
+    set_expiry: format!(
+        "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1 AND state = 'running' \
+         RETURNING {SANDBOX_COLUMNS}"
+    ),
+    list: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes {LIST_SANDBOXES}"),
+    list_expired: format!(
+        "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
+         WHERE state = 'running' AND expires_at <= ?1 ORDER BY expires_at, id"
+    ),
+});
+
+/// Runs a cached statement that yields at most one sandbox row, decoded.
+fn one_sandbox(
+    conn: &rusqlite::Connection,
+    operation: &'static str,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> StoreResult<Option<Sandbox>> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.query_row(params, codec::SandboxRow::read).optional())
+        .map_err(codec::backend(operation))?
+        .map(codec::SandboxRow::into_domain)
+        .transpose()
+}
+
 fn count_holding(
     conn: &rusqlite::Connection,
     operation: &'static str,
     owner_id: Option<&str>,
 ) -> StoreResult<u64> {
     let count: i64 = conn
-        .prepare_cached(&format!(
-            "SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME} AND (?1 IS NULL OR owner_id = ?1)"
-        ))
+        .prepare_cached(
+            "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running') \
+             AND (?1 IS NULL OR owner_id = ?1)",
+        )
         .and_then(|mut stmt| stmt.query_row([owner_id], |row| row.get(0)))
         .map_err(codec::backend(operation))?;
     Ok(u64::try_from(count).unwrap_or(0))
@@ -144,26 +191,31 @@ impl Store for SqliteStore {
         let owner = (!sandbox.owner_id.is_empty()).then(|| sandbox.owner_id.clone());
         self.connections
             .write(OP, move |conn| {
+                if limits.unlimited() {
+                    // Nothing to count: one statement is atomic by itself.
+                    conn.prepare_cached(&INSERT_SANDBOX)
+                        .and_then(|mut stmt| stmt.execute(row.params()))
+                        .map_err(codec::conflict_or_backend(OP, "sandbox", &row.id))?;
+                    return Ok(AdmitOutcome::Admitted);
+                }
                 // IMMEDIATE takes the write lock before counting, so no other writer (another
                 // process on the same file included) can insert between count and insert.
                 let tx = conn
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(codec::backend(OP))?;
-                if !limits.unlimited() {
-                    let active = if limits.max_sandboxes > 0 {
-                        count_holding(&tx, OP, None)?
-                    } else {
-                        0
-                    };
-                    let owner_active = match &owner {
-                        Some(owner) if limits.max_owner_sandboxes > 0 => {
-                            Some(count_holding(&tx, OP, Some(owner))?)
-                        }
-                        _ => None,
-                    };
-                    if let Err(denial) = limits.check(active, owner_active) {
-                        return Ok(AdmitOutcome::Denied(denial));
+                let active = if limits.max_sandboxes > 0 {
+                    count_holding(&tx, OP, None)?
+                } else {
+                    0
+                };
+                let owner_active = match &owner {
+                    Some(owner) if limits.max_owner_sandboxes > 0 => {
+                        Some(count_holding(&tx, OP, Some(owner))?)
                     }
+                    _ => None,
+                };
+                if let Err(denial) = limits.check(active, owner_active) {
+                    return Ok(AdmitOutcome::Denied(denial));
                 }
                 tx.prepare_cached(&INSERT_SANDBOX)
                     .and_then(|mut stmt| stmt.execute(row.params()))
@@ -178,18 +230,12 @@ impl Store for SqliteStore {
         let id = id.as_str().to_owned();
         self.connections
             .write("mark_sandbox_running", move |conn| {
-                conn.query_row(
-                    &format!(
-                        "UPDATE sandboxes SET state = 'running' WHERE id = ?1 AND state = 'creating' \
-                         RETURNING {SANDBOX_COLUMNS}"
-                    ),
+                one_sandbox(
+                    conn,
+                    "mark_sandbox_running",
+                    &SANDBOX_SQL.mark_running,
                     [id],
-                    codec::SandboxRow::read,
                 )
-                .optional()
-                .map_err(codec::backend("mark_sandbox_running"))?
-                .map(codec::SandboxRow::into_domain)
-                .transpose()
             })
             .await
     }
@@ -207,12 +253,10 @@ impl Store for SqliteStore {
         let destroyed_at = (state == EndedState::Destroyed).then(|| micros(at));
         self.connections
             .write("end_sandbox", move |conn| {
-                conn.query_row(
-                    &format!(
-                        "UPDATE sandboxes SET state = ?2, destroyed_at = ?3, ended_at = ?4, \
-                         state_reason = ?5, state_message = ?6 \
-                         WHERE id = ?1 AND {HOLDS_RUNTIME} RETURNING {SANDBOX_COLUMNS}"
-                    ),
+                one_sandbox(
+                    conn,
+                    "end_sandbox",
+                    &SANDBOX_SQL.end,
                     params![
                         id,
                         state.state().as_str(),
@@ -221,12 +265,7 @@ impl Store for SqliteStore {
                         reason,
                         message
                     ],
-                    codec::SandboxRow::read,
                 )
-                .optional()
-                .map_err(codec::backend("end_sandbox"))?
-                .map(codec::SandboxRow::into_domain)
-                .transpose()
             })
             .await
     }
@@ -235,15 +274,7 @@ impl Store for SqliteStore {
         let id = id.as_str().to_owned();
         self.connections
             .read("get_sandbox", move |conn| {
-                conn.query_row(
-                    &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
-                    [&id],
-                    codec::SandboxRow::read,
-                )
-                .optional()
-                .map_err(codec::backend("get_sandbox"))?
-                .map(codec::SandboxRow::into_domain)
-                .transpose()
+                one_sandbox(conn, "get_sandbox", &SANDBOX_SQL.get, [&id])
             })
             .await
     }
@@ -258,9 +289,7 @@ impl Store for SqliteStore {
                     StateFilter::All => (None, false),
                 };
                 let mut stmt = conn
-                    .prepare_cached(&format!(
-                        "SELECT {SANDBOX_COLUMNS} FROM sandboxes {LIST_SANDBOXES}"
-                    ))
+                    .prepare_cached(&SANDBOX_SQL.list)
                     .map_err(codec::backend("list_sandboxes"))?;
                 let rows = stmt
                     .query_map(
@@ -313,18 +342,12 @@ impl Store for SqliteStore {
         let id = id.as_str().to_owned();
         self.connections
             .write("set_sandbox_expiry", move |conn| {
-                conn.query_row(
-                    &format!(
-                        "UPDATE sandboxes SET expires_at = ?2 \
-                         WHERE id = ?1 AND state = 'running' RETURNING {SANDBOX_COLUMNS}"
-                    ),
+                one_sandbox(
+                    conn,
+                    "set_sandbox_expiry",
+                    &SANDBOX_SQL.set_expiry,
                     params![id, micros(expires_at)],
-                    codec::SandboxRow::read,
                 )
-                .optional()
-                .map_err(codec::backend("set_sandbox_expiry"))?
-                .map(codec::SandboxRow::into_domain)
-                .transpose()
             })
             .await
     }
@@ -333,10 +356,7 @@ impl Store for SqliteStore {
         self.connections
             .read("list_expired_sandboxes", move |conn| {
                 let mut stmt = conn
-                    .prepare_cached(&format!(
-                        "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-                         WHERE state = 'running' AND expires_at <= ?1 ORDER BY expires_at, id"
-                    ))
+                    .prepare_cached(&SANDBOX_SQL.list_expired)
                     .map_err(codec::backend("list_expired_sandboxes"))?;
                 let rows = stmt
                     .query_map([micros(now)], codec::SandboxRow::read)
