@@ -19,7 +19,8 @@ pub(crate) const ADMIN_API_KEY_HEADER: &str = "x-admin-api-key";
 /// The owner header.
 pub(crate) const USER_ID_HEADER: &str = "x-user-id";
 
-const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];
+/// Routes that never need credentials.
+pub(crate) const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];
 const ADMIN_PREFIX: &str = "/api/v1/admin/";
 
 /// A header's text; a value that is not UTF-8 matches no key, so it reads as an empty one.

@@ -7,6 +7,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use svc_control::{ControlPlane, Principal};
+use svc_core::error::cut;
 use svc_core::Error;
 
 use crate::ApiError;
@@ -24,7 +25,7 @@ impl<T: DeserializeOwned> FromRequest<ControlPlane> for ApiJson<T> {
                 Error::PayloadTooLarge { limit_bytes: limit }
             } else {
                 Error::MalformedBody {
-                    message: rejection.body_text(),
+                    message: cut(&rejection.body_text()),
                 }
             }
         })?;
@@ -45,10 +46,11 @@ impl<T: DeserializeOwned> FromRequest<ControlPlane> for ApiJson<T> {
             .map_err(|err| {
                 let path = err.path().to_string();
                 let inner = err.into_inner();
+                // serde quotes the value it refused, which can be as long as the body.
                 let message = if matches!(path.as_str(), "." | "?" | "") {
-                    format!("invalid JSON: {inner}")
+                    cut(&format!("invalid JSON: {inner}"))
                 } else {
-                    format!("field {path}: {inner}")
+                    cut(&format!("field {path}: {inner}"))
                 };
                 ApiError(Error::MalformedBody { message })
             })
@@ -65,7 +67,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(value)| ApiQuery(value))
-            .map_err(|rejection| ApiError(Error::invalid("query", rejection.body_text())))
+            .map_err(|rejection| ApiError(Error::invalid("query", cut(&rejection.body_text()))))
     }
 }
 

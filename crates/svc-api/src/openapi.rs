@@ -3,6 +3,7 @@
 //! `/api/v1/openapi.yaml`, and printed by `svc openapi`.
 
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 /// The document's fixed parts; paths and schemas come from the routes.
@@ -22,14 +23,13 @@ use utoipa::{Modify, OpenApi};
         (name = "events", description = "Lifecycle events"),
         (name = "system", description = "Health and readiness"),
         (name = "admin", description = "Admin aliases; need the admin API key")
-    ),
-    modifiers(&ApiKeys)
+    )
 )]
 pub(crate) struct ApiDoc;
 
-/// The API-key schemes (decisions §5): required on every route but the probes when
-/// `auth.enabled` is true.
-struct ApiKeys;
+/// The API-key schemes (decisions §5), and 401/403 on every route but the probes. Applied to the
+/// finished document (see [`crate::router::api_parts`]), since it walks every operation.
+pub(crate) struct ApiKeys;
 
 impl Modify for ApiKeys {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
@@ -52,7 +52,45 @@ impl Modify for ApiKeys {
             SecurityRequirement::new("api_key", Vec::<String>::new()),
             SecurityRequirement::new("admin_api_key", Vec::<String>::new()),
         ]);
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                if crate::auth::PROBES.contains(&path.as_str()) {
+                    // An empty requirement: the probes need no credentials.
+                    operation.security = Some(vec![SecurityRequirement::default()]);
+                    continue;
+                }
+                for (status, description) in [
+                    ("401", "Authentication is on and no valid API key was sent"),
+                    ("403", "The key's role does not allow this route"),
+                ] {
+                    operation
+                        .responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| error_response(description));
+                }
+            }
+        }
     }
+}
+
+fn error_response(description: &str) -> RefOr<Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                Content::new(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody")))),
+            )
+            .build(),
+    )
 }
 
 /// Serialisation formats of the document.
@@ -66,7 +104,7 @@ pub enum OpenApiFormat {
 
 /// The full document as text.
 pub fn openapi_document(format: OpenApiFormat) -> String {
-    let (_, document) = crate::router::api_router().split_for_parts();
+    let (_, document) = crate::router::api_parts();
     render(&document, format)
 }
 

@@ -17,7 +17,7 @@ use crate::openapi::{render, ApiDoc, OpenApiFormat};
 use crate::{routes, ApiError};
 
 /// Every documented route, relative to the server root.
-pub(crate) fn api_router() -> OpenApiRouter<ControlPlane> {
+fn api_router() -> OpenApiRouter<ControlPlane> {
     let api = OpenApiRouter::new()
         .merge(routes::system::routes())
         .merge(routes::sandboxes::routes())
@@ -27,6 +27,13 @@ pub(crate) fn api_router() -> OpenApiRouter<ControlPlane> {
         .merge(routes::providers::routes())
         .merge(routes::events::routes());
     OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
+}
+
+/// The routes and the finished OpenAPI document describing them.
+pub(crate) fn api_parts() -> (Router<ControlPlane>, utoipa::openapi::OpenApi) {
+    let (api, mut document) = api_router().split_for_parts();
+    utoipa::Modify::modify(&crate::openapi::ApiKeys, &mut document);
+    (api, document)
 }
 
 async fn route_not_found(request: Request) -> ApiError {
@@ -54,7 +61,7 @@ fn cors(origins: &[String]) -> CorsLayer {
 
 /// The whole HTTP application for `plane`.
 pub fn router(plane: ControlPlane) -> Router {
-    let (api, document) = api_router().split_for_parts();
+    let (api, document) = api_parts();
     let json = Bytes::from(render(&document, OpenApiFormat::Json));
     let yaml = Bytes::from(render(&document, OpenApiFormat::Yaml));
     let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);

@@ -32,7 +32,10 @@ impl ContentEncoding {
             Some("base64") => Ok(ContentEncoding::Base64),
             Some(other) => Err(Error::invalid(
                 "encoding",
-                format!("unknown encoding {other:?} (allowed: utf8, base64)"),
+                format!(
+                    "unknown encoding {} (allowed: utf8, base64)",
+                    svc_core::error::echo(other)
+                ),
             )),
         }
     }
@@ -73,13 +76,12 @@ impl ControlPlane {
         self.provider_failure(Some(sandbox_id), provider, operation, err)
     }
 
+    /// The running sandbox and its provider; callers authorize first.
     async fn file_target(
         &self,
         principal: &Principal,
         id: &str,
-        action: Action,
     ) -> Result<(SandboxId, std::sync::Arc<dyn Provider>), Error> {
-        self.authorize(principal, action)?;
         let sandbox = self.running_sandbox(principal, id).await?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Files)?;
         Ok((sandbox.id, provider))
@@ -95,6 +97,7 @@ impl ControlPlane {
         mode: Option<&str>,
         encoding: Option<&str>,
     ) -> Result<(), Error> {
+        self.authorize(principal, Action::WriteFiles)?;
         let path = non_root_path("path", path, "/ is a directory and cannot be written")?;
         let mode = match mode {
             Some(mode) => parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
@@ -111,7 +114,7 @@ impl ControlPlane {
                 )
             }
         };
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         let size = bytes.len() as u64;
         let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
         provider
@@ -132,8 +135,9 @@ impl ControlPlane {
         id: &str,
         path: &str,
     ) -> Result<ByteStream, Error> {
+        self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         let stream = provider
             .read_file(&sandbox_id, &path)
             .await
@@ -153,8 +157,9 @@ impl ControlPlane {
         path: &str,
         recursive: bool,
     ) -> Result<(), Error> {
+        self.authorize(principal, Action::WriteFiles)?;
         let path = non_root_path("path", path, "refusing to delete /")?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         provider
             .delete_file(&sandbox_id, &path, recursive)
             .await
@@ -168,8 +173,9 @@ impl ControlPlane {
         id: &str,
         path: &str,
     ) -> Result<Vec<FileInfo>, Error> {
+        self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         provider
             .list_dir(&sandbox_id, &path)
             .await
@@ -184,9 +190,10 @@ impl ControlPlane {
         old_path: &str,
         new_path: &str,
     ) -> Result<(), Error> {
+        self.authorize(principal, Action::WriteFiles)?;
         let from = non_root_path("old_path", old_path, "/ cannot be moved")?;
         let to = non_root_path("new_path", new_path, "nothing can be moved onto /")?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         provider
             .move_path(&sandbox_id, &from, &to)
             .await
@@ -201,9 +208,10 @@ impl ControlPlane {
         path: &str,
         mode: &str,
     ) -> Result<(), Error> {
+        self.authorize(principal, Action::WriteFiles)?;
         let path = sandbox_path("path", path)?;
         let mode = parse_mode(mode).map_err(|m| Error::invalid("mode", m))?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::WriteFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         provider
             .chmod(&sandbox_id, &path, mode)
             .await
@@ -217,8 +225,9 @@ impl ControlPlane {
         id: &str,
         path: &str,
     ) -> Result<FileInfo, Error> {
+        self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         provider
             .stat(&sandbox_id, &path)
             .await
@@ -232,8 +241,9 @@ impl ControlPlane {
         id: &str,
         pattern: &str,
     ) -> Result<Vec<String>, Error> {
+        self.authorize(principal, Action::ReadFiles)?;
         let pattern = SandboxGlob::new(pattern).map_err(|m| Error::invalid("pattern", m))?;
-        let (sandbox_id, provider) = self.file_target(principal, id, Action::ReadFiles).await?;
+        let (sandbox_id, provider) = self.file_target(principal, id).await?;
         provider
             .glob(&sandbox_id, &pattern)
             .await

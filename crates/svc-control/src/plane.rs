@@ -66,10 +66,14 @@ impl ControlPlane {
         &self.inner.config
     }
 
-    /// The store, for the binary's lifecycle (closing it at shutdown) and diagnostics; requests
-    /// go through the control plane's methods.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    /// The store; callers outside go through the control plane's methods.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// Flushes and closes the store, at the end of shutdown.
+    pub async fn close_store(&self) {
+        self.inner.store.close().await;
     }
 
     /// The providers.

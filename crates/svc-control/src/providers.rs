@@ -105,6 +105,11 @@ impl ProviderRegistry {
         self.providers.iter().find(|p| p.name() == name)
     }
 
+    /// Every provider that may still hold runtimes: enabled and retired.
+    pub fn all_for_cleanup(&self) -> impl Iterator<Item = &Arc<dyn Provider>> {
+        self.providers.iter().chain(&self.retired)
+    }
+
     /// The provider called `name` for destroying, reaping or recovering its sandboxes: enabled
     /// or retired.
     pub fn for_cleanup(&self, name: &str) -> Option<&Arc<dyn Provider>> {

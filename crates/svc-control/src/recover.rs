@@ -1,17 +1,22 @@
-//! Crash safety of the spawn pipeline: at start-up, sandboxes this worker left in `creating`
-//! (the process died between the record and `running`) are resolved against their provider.
-//! A runtime that exists and runs makes the sandbox `running`; anything else is removed and the
-//! record ends as `error` with `spawn_failed`. A record whose runtime cannot be checked or
-//! removed (provider down) stays `creating` for the next start.
+//! Crash safety of the spawn pipeline, run once at start-up before serving:
+//!
+//! - sandboxes this worker left in `creating` (the process died between the record and
+//!   `running`) are resolved against their provider: a runtime that exists and runs makes the
+//!   sandbox `running`; anything else is removed and the record ends as `error` with
+//!   `spawn_failed`. A record whose runtime cannot be checked or removed (provider down) stays
+//!   `creating` for the next start;
+//! - runtimes whose record has already ended (a rollback or destroy whose removal had not
+//!   succeeded when the process stopped) are removed.
 
+use svc_core::access::Action;
 use svc_core::event::EventPayload;
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
-use svc_core::Error;
+use svc_core::{Capability, Error};
 use svc_provider::RuntimeStatus;
 use svc_store::{EndedState, SandboxFilter, StateFilter};
 
 use crate::spawn::sandbox_event_data;
-use crate::ControlPlane;
+use crate::{ControlPlane, Principal};
 
 /// What start-up recovery did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,6 +29,8 @@ pub struct RecoveryReport {
     pub failed: usize,
     /// Left `creating`: the provider could not be asked or could not remove the runtime.
     pub unresolved: usize,
+    /// Runtimes removed because their record had already ended.
+    pub swept: usize,
 }
 
 enum Resolution {
@@ -33,8 +40,13 @@ enum Resolution {
 }
 
 impl ControlPlane {
-    /// Resolves this worker's `creating` records; call once at start-up, before serving.
-    pub async fn recover_interrupted_spawns(&self) -> Result<RecoveryReport, Error> {
+    /// Resolves this worker's `creating` records and removes runtimes of ended ones; call once
+    /// at start-up, before serving, as [`Principal::system`].
+    pub async fn recover_interrupted_spawns(
+        &self,
+        principal: &Principal,
+    ) -> Result<RecoveryReport, Error> {
+        self.authorize(principal, Action::Reconcile)?;
         let filter = SandboxFilter {
             state: StateFilter::Only(SandboxState::Creating),
             worker_id: Some(self.worker_id().to_owned()),
@@ -52,16 +64,55 @@ impl ControlPlane {
                 Resolution::Unresolved => report.unresolved += 1,
             }
         }
-        if report.found > 0 {
+        report.swept = self.sweep_ended_runtimes().await;
+        if report.found > 0 || report.swept > 0 {
             tracing::info!(
                 found = report.found,
                 resumed = report.resumed,
                 failed = report.failed,
                 unresolved = report.unresolved,
+                swept = report.swept,
                 "recovered spawns interrupted by a restart"
             );
         }
         Ok(report)
+    }
+
+    /// Removes runtimes whose sandbox record has ended. Runtimes the store does not know are
+    /// left alone (reconciliation adopts them).
+    async fn sweep_ended_runtimes(&self) -> usize {
+        let mut swept = 0;
+        for provider in self.providers().all_for_cleanup() {
+            if !provider
+                .capabilities()
+                .contains(&Capability::RuntimeInventory)
+            {
+                continue;
+            }
+            let runtimes = match provider.inventory().await {
+                Ok(runtimes) => runtimes,
+                Err(err) => {
+                    tracing::warn!(provider = provider.name(), error = %err, "listing runtimes at start-up failed");
+                    continue;
+                }
+            };
+            for runtime in runtimes {
+                let ended = matches!(
+                    self.store().get_sandbox(&runtime.sandbox_id).await,
+                    Ok(Some(record)) if record.state.has_ended()
+                );
+                if !ended {
+                    continue;
+                }
+                match provider.destroy(&runtime.sandbox_id).await {
+                    Ok(()) => swept += 1,
+                    Err(err) => {
+                        tracing::warn!(sandbox_id = %runtime.sandbox_id, error = %err, "removing an ended sandbox's runtime failed");
+                    }
+                }
+            }
+        }
+        swept
     }
 
     async fn resolve_interrupted(&self, sandbox: &Sandbox) -> Resolution {

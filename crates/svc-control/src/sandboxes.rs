@@ -1,6 +1,8 @@
 //! The sandbox lifecycle after spawn (see `spawn.rs`): get, list, extend, and destroy, the
 //! spawn pipeline's mirror image, with prune and the reaper built on it.
 
+use std::time::Duration;
+
 use svc_core::access::Action;
 use svc_core::admission::check_ttl;
 use svc_core::clock::add_duration;
@@ -122,6 +124,7 @@ impl ControlPlane {
             plane
                 .destroy(&sandbox, StateReason::DestroyedByRequest)
                 .await
+                .map(drop)
         })
         .await
     }
@@ -142,14 +145,16 @@ impl ControlPlane {
 
     /// The mirror image of spawn: removes the runtime, then ends the record as `destroyed` with
     /// `reason` and publishes `sandbox.destroyed`. A provider disabled for new spawns still
-    /// destroys what it made. A failed removal changes nothing.
+    /// destroys what it made. A failed removal changes nothing; a record that cannot be ended
+    /// after its runtime is gone is ended in the background once the store answers. True when
+    /// this call ended the sandbox (another may have been first).
     pub(crate) async fn destroy(
         &self,
         sandbox: &Sandbox,
         reason: StateReason,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         if sandbox.state.has_ended() {
-            return Ok(());
+            return Ok(false);
         }
         let provider = self
             .providers()
@@ -161,23 +166,53 @@ impl ControlPlane {
         if let Err(err) = provider.destroy(&sandbox.id).await {
             return Err(self.provider_failure(Some(&sandbox.id), provider.name(), "destroy", err));
         }
+        match self.end_destroyed(&sandbox.id, reason).await {
+            Ok(ended) => Ok(ended),
+            Err(err) => {
+                tracing::warn!(sandbox_id = %sandbox.id, error = %err, "the runtime is gone but the record could not be ended; retrying in the background");
+                let plane = self.clone();
+                let id = sandbox.id.clone();
+                tokio::spawn(async move { plane.end_destroyed_later(&id, reason).await });
+                Err(err)
+            }
+        }
+    }
+
+    /// Ends the record as `destroyed` and publishes `sandbox.destroyed`; true when this call
+    /// ended it.
+    async fn end_destroyed(&self, id: &SandboxId, reason: StateReason) -> Result<bool, Error> {
         let ended = self
             .store()
             .end_sandbox(
-                &sandbox.id,
+                id,
                 EndedState::Destroyed,
                 &Ending::because(reason),
                 self.clock().now(),
             )
             .await?;
-        if let Some(destroyed) = ended {
-            self.events().publish(
-                Some(&destroyed.id),
-                EventPayload::SandboxDestroyed(sandbox_event_data(&destroyed)),
-            );
-            tracing::info!(sandbox_id = %destroyed.id, reason = reason.as_str(), "sandbox destroyed");
+        let Some(destroyed) = ended else {
+            return Ok(false);
+        };
+        self.events().publish(
+            Some(&destroyed.id),
+            EventPayload::SandboxDestroyed(sandbox_event_data(&destroyed)),
+        );
+        tracing::info!(sandbox_id = %destroyed.id, reason = reason.as_str(), "sandbox destroyed");
+        Ok(true)
+    }
+
+    async fn end_destroyed_later(&self, id: &SandboxId, reason: StateReason) {
+        let mut delay = Duration::from_millis(500);
+        loop {
+            tokio::select! {
+                () = self.shutdown_token().cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            if self.end_destroyed(id, reason).await.is_ok() {
+                return;
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
         }
-        Ok(())
     }
 
     /// `POST /sandboxes/{id}/extend`: `expires_at = now + ttl`, within the max TTL from creation.
@@ -230,7 +265,8 @@ impl ControlPlane {
             .filter(|s| principal.can_see_tenant(&s.tenant_id))
         {
             match self.destroy(sandbox, reason).await {
-                Ok(()) => destroyed += 1,
+                Ok(true) => destroyed += 1,
+                Ok(false) => {}
                 Err(err) => {
                     tracing::warn!(sandbox_id = %sandbox.id, error = %err, "destroying an expired sandbox failed");
                 }

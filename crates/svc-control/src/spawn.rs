@@ -21,16 +21,17 @@ use svc_core::clock::add_duration;
 use svc_core::error::echo;
 use svc_core::event::{EventPayload, LimitEventData, SandboxEventData};
 use svc_core::sandbox::{
-    check_env, check_image, check_ttl_positive, size_or_default, Ending, Sandbox, SandboxState,
-    SpawnRequest, StateReason,
+    check_env, check_image, check_ttl_positive, size_or_default, Ending, ImageKind, Sandbox,
+    SandboxState, SpawnRequest, StateReason,
 };
 use svc_core::template::{Template, TemplateSpawnRequest};
-use svc_core::{Error, OwnerId, SandboxId};
+use svc_core::{Capability, Error, OwnerId, SandboxId};
 use svc_provider::{
     Provider, ProviderError, RuntimeInfo, SpawnSpec, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID,
     LABEL_TENANT, LABEL_WORKER,
 };
 use svc_store::EndedState;
+use tokio::task::JoinHandle;
 
 use crate::principal::DEFAULT_TENANT;
 use crate::provider_errors::classify;
@@ -149,7 +150,7 @@ impl ControlPlane {
             .image
             .or_else(|| template.as_ref().map(|t| t.image.clone()))
             .unwrap_or_else(|| defaults.image.clone());
-        check_image(&image)?;
+        let image_kind = check_image(&image)?;
         let default_memory = template
             .as_ref()
             .map_or(u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX), |t| {
@@ -166,9 +167,9 @@ impl ControlPlane {
         let provider_name = request
             .provider
             .or_else(|| template.as_ref().map(|t| t.provider.clone()));
-        let provider = self
-            .healthy_spawn_provider(provider_name.as_deref())
-            .await?;
+        let provider = self.spawn_provider(provider_name.as_deref())?;
+        check_image_for(&image, image_kind, provider.as_ref())?;
+        self.ensure_healthy(&provider).await?;
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
@@ -189,14 +190,23 @@ impl ControlPlane {
         })
     }
 
-    /// The provider for a spawn: named, else the default. Unknown is 400, unhealthy 503.
-    async fn healthy_spawn_provider(&self, name: Option<&str>) -> Result<Arc<dyn Provider>, Error> {
+    /// The provider for a spawn: named, else the default; unknown is 400.
+    pub(crate) fn spawn_provider(&self, name: Option<&str>) -> Result<Arc<dyn Provider>, Error> {
         let registry = self.providers();
         let name = name.unwrap_or(registry.default_name());
-        let provider = registry.get(name).ok_or_else(|| Error::UnknownProvider {
-            name: name.to_owned(),
-            enabled: registry.names(),
-        })?;
+        registry
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownProvider {
+                name: name.to_owned(),
+                enabled: registry.names(),
+            })
+    }
+
+    /// 503 with its health error when `provider` is unhealthy.
+    async fn ensure_healthy(&self, provider: &Arc<dyn Provider>) -> Result<(), Error> {
+        let registry = self.providers();
+        let name = provider.name();
         let mut health = registry
             .health_of(provider, crate::providers::HEALTH_MAX_AGE)
             .await;
@@ -210,7 +220,7 @@ impl ControlPlane {
                 message: health.error.unwrap_or_else(|| "unhealthy".to_owned()),
             });
         }
-        Ok(Arc::clone(provider))
+        Ok(())
     }
 
     /// Step "admit and record": the TTL rule, then capacity checked and the `creating` record
@@ -331,20 +341,18 @@ impl ControlPlane {
                 "spawn",
                 err,
             ))),
-            Ok(Err(joined)) => Err(StepFailure::provider(Error::provider(
-                provider.name(),
-                "spawn",
-                ProviderError::failed(format!("the provider's spawn panicked: {joined}")),
-            ))),
+            Ok(Err(joined)) => {
+                // The panic's payload may hold internal detail: it goes to the log only.
+                tracing::error!(sandbox_id = %id, error = %joined, "the provider's spawn panicked");
+                Err(StepFailure::provider(Error::provider(
+                    provider.name(),
+                    "spawn",
+                    ProviderError::failed("the provider's spawn task panicked"),
+                )))
+            }
             Err(_) => {
-                let late = Arc::clone(provider);
-                tokio::spawn(async move {
-                    if let Ok(Ok(_)) = call.await {
-                        if let Err(err) = late.destroy(&id).await {
-                            tracing::error!(sandbox_id = %id, error = %err, "removing a runtime created after its spawn deadline failed");
-                        }
-                    }
-                });
+                // Whatever the call still creates is removed once it returns.
+                self.remove_runtime_later(id, Arc::clone(provider), Some(call));
                 Err(StepFailure::provider(Error::provider(
                     provider.name(),
                     "spawn",
@@ -357,94 +365,97 @@ impl ControlPlane {
     }
 
     /// Undoes a spawn whose record exists, in reverse: removes the runtime, ends the record as
-    /// `error` (`spawn_failed`), publishes the failure. While the runtime cannot be removed
-    /// (provider unreachable), the record stays `creating` (it may still hold a runtime, and
-    /// keeps its capacity) and the removal is retried in the background with backoff until it
-    /// succeeds or svc shuts down; start-up recovery covers a shutdown in between.
+    /// `error` (`spawn_failed`), publishes `sandbox.error` and the failure. A runtime that
+    /// cannot be removed now (provider unreachable) is removed in the background, with the
+    /// record already ended: a spawn reported failed never comes back to life, and the
+    /// start-up sweep (`recover.rs`) removes what a restart in between left behind.
     async fn undo_spawn(
         &self,
         sandbox: &Sandbox,
         provider: &Arc<dyn Provider>,
         failure: &StepFailure,
     ) {
-        let publish_failure = || {
-            self.publish_failure(
-                Some(&sandbox.id),
-                "spawn",
-                &sandbox.provider,
-                &failure.error,
-                failure.provider_at_fault,
-            );
-        };
-        if let Err(err) = provider.destroy(&sandbox.id).await {
-            publish_failure();
+        let removal = provider.destroy(&sandbox.id).await;
+        let mut message = failure.error.public_message();
+        if let Err(err) = &removal {
             tracing::warn!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the runtime could not be removed yet; retrying in the background");
-            let plane = self.clone();
-            let sandbox = sandbox.clone();
-            let provider = Arc::clone(provider);
-            let message = failure.error.public_message();
-            tokio::spawn(async move {
-                plane
-                    .retry_runtime_removal(&sandbox, &provider, &message)
-                    .await;
-            });
-            return;
+            message.push_str("; its runtime is still being removed");
         }
-        self.end_failed_spawn(sandbox, &failure.error.public_message())
-            .await;
-        publish_failure();
+        self.end_failed_spawn(sandbox, &message).await;
+        self.publish_failure(
+            Some(&sandbox.id),
+            "spawn",
+            &sandbox.provider,
+            &failure.error,
+            failure.provider_at_fault,
+        );
+        if removal.is_err() {
+            self.remove_runtime_later(sandbox.id.clone(), Arc::clone(provider), None);
+        }
         tracing::warn!(sandbox_id = %sandbox.id, error = %failure.error, "spawn failed and was rolled back");
     }
 
-    async fn retry_runtime_removal(
+    /// Removes a runtime in the background, retrying with backoff (0.5 s doubling to 30 s)
+    /// until it succeeds or svc shuts down. With `after`, first waits for that in-flight
+    /// provider call, so a runtime it creates late is removed as soon as it exists.
+    fn remove_runtime_later(
         &self,
-        sandbox: &Sandbox,
-        provider: &Arc<dyn Provider>,
-        message: &str,
+        id: SandboxId,
+        provider: Arc<dyn Provider>,
+        after: Option<JoinHandle<Result<RuntimeInfo, ProviderError>>>,
     ) {
-        let mut delay = Duration::from_millis(500);
-        loop {
-            tokio::select! {
-                () = self.shutdown_token().cancelled() => return,
-                () = tokio::time::sleep(delay) => {}
-            }
-            match provider.destroy(&sandbox.id).await {
-                Ok(()) => {
-                    self.end_failed_spawn(sandbox, message).await;
-                    tracing::info!(sandbox_id = %sandbox.id, "a failed spawn's runtime was removed on retry");
-                    return;
+        let shutdown = self.shutdown_token().clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(500);
+            if let Some(call) = after {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = call => {}
                 }
-                Err(err) => {
-                    tracing::debug!(sandbox_id = %sandbox.id, error = %err, "removing a failed spawn's runtime failed again");
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                delay = Duration::ZERO;
+            }
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                match provider.destroy(&id).await {
+                    Ok(()) => {
+                        tracing::info!(sandbox_id = %id, "a failed spawn's runtime was removed");
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::debug!(sandbox_id = %id, error = %err, "removing a failed spawn's runtime failed again");
+                        delay =
+                            (delay * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
+                    }
                 }
             }
-        }
+        });
     }
 
-    /// Ends the record of a spawn whose runtime is gone as `error` and publishes
-    /// `sandbox.error`.
+    /// Ends the record of a failed spawn as `error` and publishes `sandbox.error`, once.
     async fn end_failed_spawn(&self, sandbox: &Sandbox, message: &str) {
         let ending = Ending {
             reason: StateReason::SpawnFailed,
             message: message.to_owned(),
         };
-        let ended = match self
+        match self
             .store()
             .end_sandbox(&sandbox.id, EndedState::Error, &ending, self.clock().now())
             .await
         {
-            Ok(ended) => ended,
-            Err(err) => {
-                tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the record could not be marked error; recovery will at the next start");
-                None
+            Ok(Some(ended)) => {
+                let mut data = sandbox_event_data(&ended);
+                data.error = Some(message.to_owned());
+                self.events()
+                    .publish(Some(&ended.id), EventPayload::SandboxError(data));
             }
-        };
-        let mut data = sandbox_event_data(ended.as_ref().unwrap_or(sandbox));
-        data.reason = Some(StateReason::SpawnFailed);
-        data.error = Some(message.to_owned());
-        self.events()
-            .publish(Some(&sandbox.id), EventPayload::SandboxError(data));
+            Ok(None) => {}
+            Err(err) => {
+                tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the record could not be marked error; start-up recovery settles it");
+            }
+        }
     }
 }
 
@@ -507,6 +518,25 @@ impl Drop for SpawnUndo {
             plane.undo_spawn(&sandbox, &provider, &failure).await;
         });
     }
+}
+
+/// A host-path image is only for providers that build root filesystems from one (microVMs).
+pub(crate) fn check_image_for(
+    image: &str,
+    kind: ImageKind,
+    provider: &dyn Provider,
+) -> Result<(), Error> {
+    if kind == ImageKind::HostPath && !provider.capabilities().contains(&Capability::Microvm) {
+        return Err(Error::invalid(
+            "image",
+            format!(
+                "{} is a host path, which only microVM providers accept; provider {} needs an image reference",
+                echo(image),
+                provider.name()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What the provider is asked to create for `sandbox`.

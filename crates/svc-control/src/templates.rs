@@ -21,14 +21,10 @@ impl ControlPlane {
         let provider = spec
             .provider
             .unwrap_or_else(|| self.providers().default_name().to_owned());
-        if self.providers().get(&provider).is_none() {
-            return Err(Error::UnknownProvider {
-                name: provider,
-                enabled: self.providers().names(),
-            });
-        }
+        let spawns_on = self.spawn_provider(Some(&provider))?;
         let image = spec.image.unwrap_or_else(|| defaults.image.clone());
-        check_image(&image)?;
+        let kind = check_image(&image)?;
+        crate::spawn::check_image_for(&image, kind, spawns_on.as_ref())?;
         let memory_mb = size_or_default(
             "memory_mb",
             spec.memory_mb,

@@ -118,6 +118,8 @@ pub enum Action {
     WriteQuotas,
     /// Use an `/admin/*` route (other than one's own tenant's).
     UseAdminRoutes,
+    /// Settle the store against the providers (start-up recovery, reconciliation).
+    Reconcile,
 }
 
 impl Action {
@@ -141,7 +143,7 @@ impl Action {
             | Action::WriteFiles => RouteGroup::Lifecycle,
             Action::WriteTemplates | Action::TestProviders => RouteGroup::Configure,
             Action::WriteQuotas => RouteGroup::QuotaWrite,
-            Action::UseAdminRoutes => RouteGroup::Admin,
+            Action::UseAdminRoutes | Action::Reconcile => RouteGroup::Admin,
         }
     }
 
@@ -167,6 +169,7 @@ impl Action {
             Action::TestProviders => "test providers",
             Action::WriteQuotas => "change quotas",
             Action::UseAdminRoutes => "use admin routes",
+            Action::Reconcile => "reconcile sandboxes with their providers",
         }
     }
 }

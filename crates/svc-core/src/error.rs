@@ -237,7 +237,7 @@ pub enum Error {
         limit_bytes: u64,
     },
     /// The route exists, the method does not.
-    #[error("method {method} is not allowed on {path}")]
+    #[error("method {method} is not allowed on {}", echo(path))]
     MethodNotAllowed {
         /// The request method.
         method: String,
@@ -337,6 +337,19 @@ pub fn echo(input: &str) -> String {
     }
 }
 
+/// The longest message built from another library's diagnostics (a JSON parser quoting the
+/// value it choked on, say).
+pub const MESSAGE_LIMIT: usize = 300;
+
+/// A diagnostic message cut to [`MESSAGE_LIMIT`] characters: parsers quote the input they
+/// refuse, and a request body can be megabytes.
+pub fn cut(message: &str) -> String {
+    match message.char_indices().nth(MESSAGE_LIMIT) {
+        None => message.to_owned(),
+        Some((at, _)) => format!("{}... (cut)", &message[..at]),
+    }
+}
+
 /// Result alias for service operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -370,5 +383,7 @@ mod tests {
         assert!(echoed.ends_with("(10000 bytes)"));
         // Never cuts inside a character.
         assert!(echo(&"é".repeat(200)).contains("(400 bytes)"));
+        assert_eq!(cut("short"), "short");
+        assert!(cut(&"x".repeat(100_000)).len() < MESSAGE_LIMIT + 20);
     }
 }

@@ -238,11 +238,37 @@ pub struct ExtendRequest {
     pub ttl: GoDuration,
 }
 
-/// Validates an image reference in the grammar of the Docker distribution reference:
-/// `[host[:port]/]path[:tag][@digest]`, path components of lowercase letters and digits joined
-/// by `.`, `_`, `__` or `-`. Anything else (`../../etc`, spaces, upper case) is a 400 here,
-/// before any provider or engine sees it.
-pub fn check_image(image: &str) -> Result<(), crate::Error> {
+/// What a valid `image` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageKind {
+    /// A Docker image reference.
+    Reference,
+    /// An absolute host path (a directory or `.tar` used as a root filesystem), which only
+    /// microVM providers accept (decisions §14).
+    HostPath,
+}
+
+/// Validates an image: an absolute host path without `..` components, or a reference in the
+/// grammar of the Docker distribution reference: `[host[:port]/]path[:tag][@digest]`, path
+/// components of lowercase letters and digits joined by `.`, `_`, `__` or `-`. Anything else
+/// (`../../etc`, spaces, upper case) is a 400 here, before any provider or engine sees it.
+pub fn check_image(image: &str) -> Result<ImageKind, crate::Error> {
+    if image.starts_with('/') {
+        if image.contains('\0') || image.split('/').any(|c| c == "..") || image.len() > 4096 {
+            return Err(crate::Error::invalid(
+                "image",
+                format!(
+                    "{} is not a valid host path (absolute, without .. components)",
+                    crate::error::echo(image)
+                ),
+            ));
+        }
+        return Ok(ImageKind::HostPath);
+    }
+    check_reference(image).map(|()| ImageKind::Reference)
+}
+
+fn check_reference(image: &str) -> Result<(), crate::Error> {
     let invalid = |why: &str| {
         crate::Error::invalid(
             "image",
@@ -442,10 +468,15 @@ mod tests {
         ] {
             assert!(check_image(good).is_ok(), "{good}");
         }
+        assert_eq!(
+            check_image("/var/lib/rootfs.tar").unwrap(),
+            ImageKind::HostPath
+        );
+        assert_eq!(check_image("alpine").unwrap(), ImageKind::Reference);
         for bad in [
             "",
             "../../etc",
-            "/etc/passwd",
+            "/etc/../root",
             "Alpine",
             "alpine:",
             "alpine:la test",

@@ -95,7 +95,10 @@ pub async fn start_with_clock(
         }
     );
     // Spawns a crash interrupted are settled before anyone can ask about them.
-    if let Err(err) = plane.recover_interrupted_spawns().await {
+    if let Err(err) = plane
+        .recover_interrupted_spawns(&svc_control::Principal::system())
+        .await
+    {
         tracing::warn!(error = %err, "recovering interrupted spawns failed; they stay creating until the next start");
     }
     tracing::info!(
@@ -155,7 +158,7 @@ async fn run(
             loops_stopped += 1;
         }
     }
-    plane.store().close().await;
+    plane.close_store().await;
     tracing::info!(loops_stopped, "svc stopped");
     Ok(ShutdownReport {
         loops_stopped,

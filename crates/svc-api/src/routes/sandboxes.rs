@@ -17,7 +17,7 @@ use crate::{ApiError, ErrorBody};
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
-    /// `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed.
+    /// `creating`, `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed.
     state: Option<String>,
     /// Only this owner's sandboxes.
     owner_id: Option<String>,

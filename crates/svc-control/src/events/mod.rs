@@ -25,9 +25,4 @@ impl ControlPlane {
         self.authorize(principal, Action::ReadEvents)?;
         Ok(self.events().subscribe(filter, last_event_id))
     }
-
-    /// Event counters (diagnostics).
-    pub fn event_stats(&self) -> EventStats {
-        self.events().stats()
-    }
 }

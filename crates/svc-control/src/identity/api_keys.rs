@@ -9,13 +9,24 @@ use svc_core::{Error, OwnerId};
 
 use crate::Principal;
 
-/// The credentials a request carries (header values, unchecked).
-#[derive(Debug, Clone, Copy, Default)]
+/// The credentials a request carries (header values, unchecked). `Debug` shows only which
+/// are present.
+#[derive(Clone, Copy, Default)]
 pub struct Credentials<'a> {
     /// `X-API-Key`.
     pub api_key: Option<&'a str>,
     /// `X-Admin-API-Key`.
     pub admin_api_key: Option<&'a str>,
+}
+
+impl std::fmt::Debug for Credentials<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |value: Option<&str>| value.map(|_| svc_core::config::REDACTED);
+        f.debug_struct("Credentials")
+            .field("api_key", &shown(self.api_key))
+            .field("admin_api_key", &shown(self.admin_api_key))
+            .finish()
+    }
 }
 
 type KeyDigest = [u8; 32];
@@ -162,8 +173,20 @@ mod tests {
                 svc_core::ErrorKind::Unauthorized,
                 "{api:?} {admin:?}"
             );
-            assert!(!err.to_string().contains("key\""), "never echoes a key");
+            let message = err.to_string();
+            for presented in [api, admin].into_iter().flatten().filter(|p| !p.is_empty()) {
+                assert!(!message.contains(presented), "{message} echoes {presented}");
+            }
         }
+    }
+
+    #[test]
+    fn debug_never_shows_a_key() {
+        let shown = format!("{:?}", creds(Some("plain-key"), Some("admin-key")));
+        assert!(
+            !shown.contains("plain-key") && !shown.contains("admin-key"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use fixture::{Fixture, SpawnFault, WriteFault};
 use svc_control::{Action, ListSandboxes, Principal, Role, Subscription};
 use svc_core::event::EventType;
 use svc_core::sandbox::{Sandbox, SandboxState, SpawnRequest, StateReason};
-use svc_core::{ErrorKind, SandboxId};
+use svc_core::{Clock, ErrorKind, SandboxId};
 use svc_provider::{Provider, SpawnSpec};
 use svc_store::Store;
 
@@ -224,7 +224,7 @@ async fn a_provider_panic_at_spawn_is_a_provider_failure() {
 }
 
 #[tokio::test]
-async fn a_runtime_that_cannot_be_removed_keeps_its_record_creating() {
+async fn a_runtime_that_cannot_be_removed_yet_is_removed_in_the_background() {
     let fx = Fixture::new().await;
     fx.store.arm(2, WriteFault::Fail);
     *fx.provider.destroy_fails.lock().unwrap() = true;
@@ -232,22 +232,79 @@ async fn a_runtime_that_cannot_be_removed_keeps_its_record_creating() {
         .spawn_sandbox(&fx.admin(), request())
         .await
         .unwrap_err();
-    let records = fx.records().await;
-    assert_eq!(records.len(), 1);
-    assert_eq!(
-        records[0].state,
-        SandboxState::Creating,
-        "the runtime may exist, so the record says so and keeps its capacity"
+    // The caller was told the spawn failed, so the record says so at once.
+    let record = the_failed_record(&fx).await;
+    assert!(
+        record
+            .state_message
+            .unwrap()
+            .contains("still being removed"),
+        "the message says the runtime is not gone yet"
     );
-    assert_eq!(fx.runtimes(), vec![records[0].id.to_string()]);
-    // Once the provider answers again, recovery at the next start settles it.
-    *fx.provider.destroy_fails.lock().unwrap() = false;
+    assert_eq!(fx.runtimes(), vec![record.id.to_string()]);
+    // A restart now does not bring the failed spawn back.
     let report = fx
         .restarted(false)
-        .recover_interrupted_spawns()
+        .recover_interrupted_spawns(&Principal::system())
         .await
         .unwrap();
-    assert_eq!((report.found, report.resumed), (1, 1));
+    assert_eq!((report.found, report.swept), (0, 0), "{report:?}");
+    // Once the provider answers again, the background removal finishes.
+    *fx.provider.destroy_fails.lock().unwrap() = false;
+    fx.wait_for("the background removal", || async {
+        fx.runtimes().is_empty()
+    })
+    .await;
+    assert_eq!(fx.records().await[0].state, SandboxState::Error);
+}
+
+#[tokio::test]
+async fn start_up_removes_runtimes_whose_record_has_ended() {
+    let fx = Fixture::new().await;
+    let sandbox = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap();
+    // The record ends but the runtime stays, as when svc stopped before a removal succeeded.
+    fx.store
+        .end_sandbox(
+            &sandbox.id,
+            svc_store::EndedState::Error,
+            &svc_core::sandbox::Ending::because(StateReason::SpawnFailed),
+            fx.clock.now(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let kept = fx
+        .plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap();
+    let report = fx
+        .restarted(false)
+        .recover_interrupted_spawns(&Principal::system())
+        .await
+        .unwrap();
+    assert_eq!(report.swept, 1, "{report:?}");
+    assert_eq!(
+        fx.runtimes(),
+        vec![kept.id.to_string()],
+        "a live sandbox is kept"
+    );
+    let viewer = Principal {
+        role: Role::Viewer,
+        ..Principal::anonymous(None)
+    };
+    assert_eq!(
+        fx.plane
+            .recover_interrupted_spawns(&viewer)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Forbidden
+    );
 }
 
 #[tokio::test]
@@ -331,7 +388,10 @@ async fn recovery_resolves_records_a_crash_left_creating() {
     let mut events = restarted
         .subscribe_events(&fx.admin(), Default::default(), None)
         .unwrap();
-    let report = restarted.recover_interrupted_spawns().await.unwrap();
+    let report = restarted
+        .recover_interrupted_spawns(&Principal::system())
+        .await
+        .unwrap();
     assert_eq!(
         (
             report.found,
@@ -460,7 +520,56 @@ async fn every_call_is_checked_against_the_permission_table() {
         .await
         .is_ok());
     assert!(fx.plane.list_templates(&viewer).await.is_ok());
+    let allowed = [
+        fx.plane.sandbox_logs(&viewer, id, 10).await.map(drop),
+        fx.plane.snapshots(&viewer).await.map(drop),
+        fx.plane.provider_detail(&viewer, "mock").await.map(drop),
+        fx.plane.list_files(&viewer, id, "/").await.map(drop),
+    ];
+    for result in allowed {
+        assert!(
+            !matches!(&result, Err(e) if e.kind() == ErrorKind::Forbidden),
+            "{result:?}"
+        );
+    }
+    let exec = svc_control::ExecCommand {
+        command: "touch /tmp/nope".into(),
+        ..Default::default()
+    };
+    let template = svc_core::template::TemplateSpec {
+        name: Some("t".into()),
+        ..Default::default()
+    };
     let forbidden = [
+        fx.plane.exec_buffered(&viewer, id, exec).await.map(drop),
+        fx.plane
+            .write_file(&viewer, id, "/x", "x", None, None)
+            .await,
+        fx.plane.delete_file(&viewer, id, "/x", false).await,
+        fx.plane.move_file(&viewer, id, "/x", "/y").await,
+        fx.plane.chmod_file(&viewer, id, "/x", "644").await,
+        fx.plane
+            .extend_sandbox(
+                &viewer,
+                id,
+                svc_core::sandbox::ExtendRequest {
+                    ttl: svc_core::GoDuration::from_secs(60),
+                },
+            )
+            .await
+            .map(drop),
+        fx.plane
+            .create_template(&viewer, template.clone())
+            .await
+            .map(drop),
+        fx.plane
+            .update_template(&viewer, "t", template)
+            .await
+            .map(drop),
+        fx.plane
+            .spawn_from_template(&viewer, "t", Default::default())
+            .await
+            .map(drop),
         fx.plane.spawn_sandbox(&viewer, request()).await.map(drop),
         fx.plane.destroy_sandbox(&viewer, id).await,
         fx.plane.prune_expired(&viewer).await.map(drop),

@@ -30,6 +30,9 @@ async fn malformed_and_wrongly_typed_bodies() {
         (r#"{"vcpus": 0}"#, "vcpus"),
         (r#"{"tenant_id": "nope"}"#, "tenant_id"),
         (r#"{"env": {"": "x"}}"#, "env"),
+        (r#"{"image": "../../etc"}"#, "image"),
+        (r#"{"image": "Alpine:Latest"}"#, "image"),
+        (r#"{"image": "/srv/rootfs.tar"}"#, "microVM"),
     ];
     for (body, mention) in cases {
         let reply = server.call_raw(Method::POST, "/sandboxes", *body).await;
@@ -44,6 +47,28 @@ async fn malformed_and_wrongly_typed_bodies() {
         vec![before["id"].as_str().unwrap().to_owned()]
     );
     assert_eq!(server.get("/health").await.status, 200);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn echoed_input_is_cut_to_a_sane_length() {
+    let server = TestServer::start().await;
+    let huge = "x".repeat(1_000_000);
+    for body in [
+        json!({"memory_mb": huge}),
+        json!({"image": huge}),
+        json!({"provider": huge}),
+        json!({"ttl": huge}),
+        json!({"template": huge}),
+    ] {
+        let reply = server.post("/sandboxes", body).await;
+        let message = reply.assert_error(400, "bad_request");
+        assert!(message.len() < 500, "{} bytes echoed", message.len());
+    }
+    let path = format!("/sandboxes?state={}", "y".repeat(6_000));
+    let message = server.get(&path).await.assert_error(400, "bad_request");
+    assert!(message.len() < 500, "{} bytes echoed", message.len());
+    assert!(server.listed_ids("?state=all").await.is_empty());
     server.shutdown().await;
 }
 

@@ -138,6 +138,9 @@ async fn openapi_document_describes_every_route() {
         ("/api/v1/sandboxes/{id}/files/chmod", &["post"]),
         ("/api/v1/sandboxes/{id}/files/stat", &["get"]),
         ("/api/v1/sandboxes/{id}/files/glob", &["get"]),
+        ("/api/v1/admin/providers", &["get"]),
+        ("/api/v1/admin/providers/{name}", &["get"]),
+        ("/api/v1/admin/providers/test", &["post"]),
     ];
     for (path, methods) in expected {
         let item = paths
@@ -174,6 +177,28 @@ async fn openapi_document_describes_every_route() {
                         .is_some_and(|m| !m.starts_with("route")),
                 "{method} {path} is documented but not routed"
             );
+        }
+    }
+    // Authentication is described: API-key schemes, 401/403 on every route but the probes.
+    let schemes = &json.body["components"]["securitySchemes"];
+    assert_eq!(schemes["api_key"]["name"], "X-API-Key");
+    assert_eq!(schemes["admin_api_key"]["name"], "X-Admin-API-Key");
+    for (path, item) in paths {
+        for (method, operation) in item.as_object().unwrap() {
+            let probe =
+                ["/api/v1/health", "/api/v1/live", "/api/v1/ready"].contains(&path.as_str());
+            let responses = &operation["responses"];
+            if probe {
+                assert_eq!(
+                    operation["security"],
+                    serde_json::json!([{}]),
+                    "{method} {path}"
+                );
+                assert!(responses.get("401").is_none(), "{method} {path}");
+            } else {
+                assert!(responses.get("401").is_some(), "{method} {path} lacks 401");
+                assert!(responses.get("403").is_some(), "{method} {path} lacks 403");
+            }
         }
     }
     let schemas = json.body["components"]["schemas"]
