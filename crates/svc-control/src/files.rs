@@ -6,7 +6,7 @@ use svc_core::access::Action;
 use svc_core::event::{EventPayload, FileEventData};
 use svc_core::exec::parse_mode;
 use svc_core::glob::SandboxGlob;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{ByteStream, FileInfo, Provider, ProviderError};
 
@@ -48,12 +48,8 @@ pub fn sandbox_path(field: &str, value: &str) -> Result<SandboxPath, Error> {
 
 /// Parses a path that names something other than the sandbox's root, which cannot be written,
 /// deleted or moved.
-fn non_root_path(field: &str, value: &str, refusal: &str) -> Result<SandboxPath, Error> {
-    let path = sandbox_path(field, value)?;
-    if path.is_root() {
-        return Err(Error::invalid(field, refusal));
-    }
-    Ok(path)
+fn non_root_path(field: &str, value: &str, refusal: &str) -> Result<NonRootPath, Error> {
+    NonRootPath::new(sandbox_path(field, value)?).ok_or_else(|| Error::invalid(field, refusal))
 }
 
 fn file_data(path: &SandboxPath, size: Option<u64>) -> FileEventData {

@@ -82,6 +82,32 @@ impl SandboxPath {
     }
 }
 
+/// A [`SandboxPath`] that is not `/`: what may be written, deleted or moved. Only the control
+/// plane makes these, so a provider cannot be asked to delete a sandbox's root by mistake.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NonRootPath(SandboxPath);
+
+impl NonRootPath {
+    /// `Some` unless `path` is `/`.
+    pub fn new(path: SandboxPath) -> Option<Self> {
+        (!path.is_root()).then_some(NonRootPath(path))
+    }
+}
+
+impl std::ops::Deref for NonRootPath {
+    type Target = SandboxPath;
+
+    fn deref(&self) -> &SandboxPath {
+        &self.0
+    }
+}
+
+impl fmt::Display for NonRootPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 impl fmt::Display for SandboxPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -118,6 +144,14 @@ mod tests {
             Err(InvalidPath::Relative(_))
         ));
         assert_eq!(SandboxPath::parse("/a\0b"), Err(InvalidPath::Nul));
+    }
+
+    #[test]
+    fn non_root_paths() {
+        assert!(NonRootPath::new(SandboxPath::root()).is_none());
+        assert!(NonRootPath::new(SandboxPath::parse("/a/..").unwrap()).is_none());
+        let path = NonRootPath::new(SandboxPath::parse("/a/b").unwrap()).unwrap();
+        assert_eq!(path.file_name(), "b");
     }
 
     #[test]

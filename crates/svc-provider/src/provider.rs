@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use svc_core::glob::SandboxGlob;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId, Timestamp};
 
 use crate::{ByteStream, ExecSession, ExecSpec, FileInfo, ProviderError};
@@ -122,7 +122,7 @@ pub trait Provider: Send + Sync + 'static {
     async fn write_file(
         &self,
         _id: &SandboxId,
-        _path: &SandboxPath,
+        _path: &NonRootPath,
         _mode: u32,
         _content: ByteStream,
     ) -> Result<(), ProviderError> {
@@ -142,7 +142,7 @@ pub trait Provider: Send + Sync + 'static {
     async fn delete_file(
         &self,
         _id: &SandboxId,
-        _path: &SandboxPath,
+        _path: &NonRootPath,
         _recursive: bool,
     ) -> Result<(), ProviderError> {
         Err(ProviderError::Unsupported { op: "delete_file" })
@@ -161,8 +161,8 @@ pub trait Provider: Send + Sync + 'static {
     async fn move_path(
         &self,
         _id: &SandboxId,
-        _from: &SandboxPath,
-        _to: &SandboxPath,
+        _from: &NonRootPath,
+        _to: &NonRootPath,
     ) -> Result<(), ProviderError> {
         Err(ProviderError::Unsupported { op: "move_path" })
     }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use svc_core::config::DockerProviderConfig;
 use svc_core::glob::SandboxGlob;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 use svc_provider::docker::DockerProvider;
 use svc_provider::mock::MockProvider;
@@ -126,7 +126,7 @@ impl Sandbox {
         let bytes = Bytes::copy_from_slice(content);
         let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
         self.p()
-            .write_file(&self.id, &path_of(path), mode, stream)
+            .write_file(&self.id, &target(path), mode, stream)
             .await
     }
 
@@ -142,6 +142,11 @@ impl Sandbox {
 
 fn path_of(path: &str) -> SandboxPath {
     SandboxPath::parse(path).unwrap()
+}
+
+/// A path that may be written, deleted or moved (as the control plane hands them over).
+fn target(path: &str) -> NonRootPath {
+    NonRootPath::new(path_of(path)).expect("not the root")
 }
 
 fn spec(argv: &[&str]) -> ExecSpec {
@@ -484,7 +489,7 @@ async fn delete_rules(sb: &Sandbox) {
     sb.write("/d/x/y.txt", b"y", 0o644).await.unwrap();
     let err = sb
         .p()
-        .delete_file(&sb.id, &path_of("/d"), false)
+        .delete_file(&sb.id, &target("/d"), false)
         .await
         .unwrap_err();
     assert!(
@@ -493,23 +498,23 @@ async fn delete_rules(sb: &Sandbox) {
     );
     assert!(sb.read("/d/x/y.txt").await.is_ok(), "nothing was deleted");
     sb.p()
-        .delete_file(&sb.id, &path_of("/d/x/y.txt"), false)
+        .delete_file(&sb.id, &target("/d/x/y.txt"), false)
         .await
         .unwrap();
     sb.p()
-        .delete_file(&sb.id, &path_of("/d/x"), false)
+        .delete_file(&sb.id, &target("/d/x"), false)
         .await
         .unwrap();
     sb.write("/d/z/w.txt", b"w", 0o644).await.unwrap();
     sb.p()
-        .delete_file(&sb.id, &path_of("/d"), true)
+        .delete_file(&sb.id, &target("/d"), true)
         .await
         .unwrap();
     let err = sb.p().stat(&sb.id, &path_of("/d")).await.unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
     let err = sb
         .p()
-        .delete_file(&sb.id, &path_of("/d"), true)
+        .delete_file(&sb.id, &target("/d"), true)
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
@@ -522,7 +527,7 @@ async fn move_and_chmod(sb: &Sandbox) {
     sb.write("/m/src.txt", b"source", 0o644).await.unwrap();
     sb.write("/m/dst.txt", b"old", 0o644).await.unwrap();
     sb.p()
-        .move_path(&sb.id, &path_of("/m/src.txt"), &path_of("/m/dst.txt"))
+        .move_path(&sb.id, &target("/m/src.txt"), &target("/m/dst.txt"))
         .await
         .unwrap();
     assert_eq!(sb.read("/m/dst.txt").await.unwrap(), b"source");
@@ -530,7 +535,7 @@ async fn move_and_chmod(sb: &Sandbox) {
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");
     let err = sb
         .p()
-        .move_path(&sb.id, &path_of("/m/missing"), &path_of("/m/x"))
+        .move_path(&sb.id, &target("/m/missing"), &target("/m/x"))
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::FileNotFound { .. }), "{err:?}");

@@ -297,6 +297,14 @@ impl Fixture {
         Self::plane_over(&self.store, &self.provider, &self.clock, |_| {}, retired)
     }
 
+    /// What start-up recovery does on a restarted control plane.
+    pub async fn recover_after_restart(&self) -> svc_control::RecoveryReport {
+        self.restarted(false)
+            .recover_interrupted_spawns(&Principal::system())
+            .await
+            .unwrap()
+    }
+
     fn plane_over(
         store: &Arc<FaultyStore>,
         provider: &Arc<FaultyProvider>,

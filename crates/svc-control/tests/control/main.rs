@@ -243,11 +243,7 @@ async fn a_runtime_that_cannot_be_removed_yet_is_removed_in_the_background() {
     );
     assert_eq!(fx.runtimes(), vec![record.id.to_string()]);
     // A restart now does not bring the failed spawn back.
-    let report = fx
-        .restarted(false)
-        .recover_interrupted_spawns(&Principal::system())
-        .await
-        .unwrap();
+    let report = fx.recover_after_restart().await;
     assert_eq!((report.found, report.swept), (0, 0), "{report:?}");
     // Once the provider answers again, the background removal finishes.
     *fx.provider.destroy_fails.lock().unwrap() = false;
@@ -282,11 +278,7 @@ async fn start_up_removes_runtimes_whose_record_has_ended() {
         .spawn_sandbox(&fx.admin(), request())
         .await
         .unwrap();
-    let report = fx
-        .restarted(false)
-        .recover_interrupted_spawns(&Principal::system())
-        .await
-        .unwrap();
+    let report = fx.recover_after_restart().await;
     assert_eq!(report.swept, 1, "{report:?}");
     assert_eq!(
         fx.runtimes(),

@@ -22,7 +22,7 @@ use bollard::Docker;
 use futures::StreamExt;
 use svc_core::config::DockerProviderConfig;
 use svc_core::glob::SandboxGlob;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 
 use self::errors::{container_error, engine_error, status_of};
@@ -424,7 +424,7 @@ impl Provider for DockerProvider {
     async fn write_file(
         &self,
         id: &SandboxId,
-        path: &SandboxPath,
+        path: &NonRootPath,
         mode: u32,
         content: ByteStream,
     ) -> Result<(), ProviderError> {
@@ -451,7 +451,7 @@ impl Provider for DockerProvider {
     async fn delete_file(
         &self,
         id: &SandboxId,
-        path: &SandboxPath,
+        path: &NonRootPath,
         recursive: bool,
     ) -> Result<(), ProviderError> {
         files::delete(
@@ -481,8 +481,8 @@ impl Provider for DockerProvider {
     async fn move_path(
         &self,
         id: &SandboxId,
-        from: &SandboxPath,
-        to: &SandboxPath,
+        from: &NonRootPath,
+        to: &NonRootPath,
     ) -> Result<(), ProviderError> {
         files::rename(
             &self.client().await?,

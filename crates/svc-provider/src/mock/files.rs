@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use cap_std::fs::{Dir, Metadata, OpenOptions, Permissions, PermissionsExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::ReaderStream;
 
@@ -93,7 +93,7 @@ fn file_info(path: &SandboxPath, metadata: &Metadata) -> FileInfo {
 
 pub(super) async fn write(
     sandbox_dir: PathBuf,
-    path: SandboxPath,
+    path: NonRootPath,
     mode: u32,
     mut content: ByteStream,
 ) -> Result<(), ProviderError> {
@@ -153,7 +153,7 @@ pub(super) async fn read(
 
 pub(super) async fn delete(
     sandbox_dir: PathBuf,
-    path: SandboxPath,
+    path: NonRootPath,
     recursive: bool,
 ) -> Result<(), ProviderError> {
     blocking(move || {
@@ -196,8 +196,8 @@ pub(super) async fn list(
 
 pub(super) async fn rename(
     sandbox_dir: PathBuf,
-    from: SandboxPath,
-    to: SandboxPath,
+    from: NonRootPath,
+    to: NonRootPath,
 ) -> Result<(), ProviderError> {
     blocking(move || {
         let root = open_root(&sandbox_dir)?;

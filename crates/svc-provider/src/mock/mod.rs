@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use svc_core::{Capability, SandboxId};
 
 use svc_core::glob::SandboxGlob;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
 use tokio::io::AsyncWriteExt;
 
 use crate::{
@@ -289,7 +289,7 @@ impl Provider for MockProvider {
     async fn write_file(
         &self,
         id: &SandboxId,
-        path: &SandboxPath,
+        path: &NonRootPath,
         mode: u32,
         content: ByteStream,
     ) -> Result<(), ProviderError> {
@@ -307,7 +307,7 @@ impl Provider for MockProvider {
     async fn delete_file(
         &self,
         id: &SandboxId,
-        path: &SandboxPath,
+        path: &NonRootPath,
         recursive: bool,
     ) -> Result<(), ProviderError> {
         files::delete(self.existing_dir(id).await?, path.clone(), recursive).await
@@ -324,8 +324,8 @@ impl Provider for MockProvider {
     async fn move_path(
         &self,
         id: &SandboxId,
-        from: &SandboxPath,
-        to: &SandboxPath,
+        from: &NonRootPath,
+        to: &NonRootPath,
     ) -> Result<(), ProviderError> {
         files::rename(self.existing_dir(id).await?, from.clone(), to.clone()).await
     }
@@ -416,9 +416,14 @@ mod tests {
                 Ok(bytes::Bytes::from_static(b"x"))
             }));
             assert!(
-                mock.write_file(&spec.id, &path(escaping), 0o644, content)
-                    .await
-                    .is_err(),
+                mock.write_file(
+                    &spec.id,
+                    &NonRootPath::new(path(escaping)).unwrap(),
+                    0o644,
+                    content,
+                )
+                .await
+                .is_err(),
                 "{escaping}"
             );
         }
