@@ -18,7 +18,7 @@ url="http://127.0.0.1:$port"
 # run LABEL BINARY AUTH(on|off)
 run() {
     local label="$1" binary="$2" auth="$3" work pid
-    work="$(mktemp -d)"
+    work="$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")"
     (
         cd "$work"
         export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \

@@ -507,6 +507,34 @@ macro_rules! all_cases {
 
 all_cases!(sqlite_file, sqlite_memory);
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checkpoints_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("svc.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let before = std::fs::metadata(&path).unwrap().len();
+    for i in 0..50 {
+        store
+            .insert_sandbox(&sandbox("", "mock", at(i)))
+            .await
+            .unwrap();
+    }
+    // Far below the writer's own checkpoint threshold: only the background thread copies the
+    // log into the database file.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&path).unwrap().len() <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint reached the database file"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    store.close().await;
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(reopened.count_active_sandboxes(None).await.unwrap(), 50);
+    reopened.close().await;
+}
+
 #[tokio::test]
 async fn sqlite_persists_across_reopen_and_refuses_newer_schema() {
     let dir = tempfile::tempdir().unwrap();

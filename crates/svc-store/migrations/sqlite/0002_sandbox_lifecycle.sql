@@ -7,4 +7,6 @@ UPDATE sandboxes SET ended_at = destroyed_at, state_reason = 'destroyed_by_reque
     WHERE state = 'destroyed';
 DROP INDEX sandboxes_by_destroyed;
 CREATE INDEX sandboxes_by_ended ON sandboxes (ended_at) WHERE ended_at IS NOT NULL;
-CREATE INDEX sandboxes_by_worker_state ON sandboxes (worker_id, state);
+-- No index for the start-up recovery query (`state = 'creating' AND worker_id = ?`): it runs
+-- once per start and `sandboxes_by_state_expiry` narrows it to the few `creating` rows, while
+-- every state change would pay for one more index.

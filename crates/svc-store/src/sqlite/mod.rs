@@ -109,18 +109,22 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     ),
 });
 
-/// Runs a cached statement that yields at most one sandbox row, decoded.
+/// Runs a cached statement that yields at most one sandbox row. The row comes back raw and is
+/// decoded by [`decoded`] after the connection is released: the writer connection is the one
+/// thing every write waits for, so nothing else happens while it is held.
 fn one_sandbox(
     conn: &rusqlite::Connection,
     operation: &'static str,
     sql: &str,
     params: impl rusqlite::Params,
-) -> StoreResult<Option<Sandbox>> {
+) -> StoreResult<Option<codec::SandboxRow>> {
     conn.prepare_cached(sql)
         .and_then(|mut stmt| stmt.query_row(params, codec::SandboxRow::read).optional())
-        .map_err(codec::backend(operation))?
-        .map(codec::SandboxRow::into_domain)
-        .transpose()
+        .map_err(codec::backend(operation))
+}
+
+fn decoded(row: StoreResult<Option<codec::SandboxRow>>) -> StoreResult<Option<Sandbox>> {
+    row?.map(codec::SandboxRow::into_domain).transpose()
 }
 
 fn count_holding(
@@ -228,16 +232,18 @@ impl Store for SqliteStore {
 
     async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
         let id = id.as_str().to_owned();
-        self.connections
-            .write("mark_sandbox_running", move |conn| {
-                one_sandbox(
-                    conn,
-                    "mark_sandbox_running",
-                    &SANDBOX_SQL.mark_running,
-                    [id],
-                )
-            })
-            .await
+        decoded(
+            self.connections
+                .write("mark_sandbox_running", move |conn| {
+                    one_sandbox(
+                        conn,
+                        "mark_sandbox_running",
+                        &SANDBOX_SQL.mark_running,
+                        [id],
+                    )
+                })
+                .await,
+        )
     }
 
     async fn end_sandbox(
@@ -251,32 +257,36 @@ impl Store for SqliteStore {
         let reason = ending.reason.as_str();
         let message = ending.message.clone();
         let destroyed_at = (state == EndedState::Destroyed).then(|| micros(at));
-        self.connections
-            .write("end_sandbox", move |conn| {
-                one_sandbox(
-                    conn,
-                    "end_sandbox",
-                    &SANDBOX_SQL.end,
-                    params![
-                        id,
-                        state.state().as_str(),
-                        destroyed_at,
-                        micros(at),
-                        reason,
-                        message
-                    ],
-                )
-            })
-            .await
+        decoded(
+            self.connections
+                .write("end_sandbox", move |conn| {
+                    one_sandbox(
+                        conn,
+                        "end_sandbox",
+                        &SANDBOX_SQL.end,
+                        params![
+                            id,
+                            state.state().as_str(),
+                            destroyed_at,
+                            micros(at),
+                            reason,
+                            message
+                        ],
+                    )
+                })
+                .await,
+        )
     }
 
     async fn get_sandbox(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
         let id = id.as_str().to_owned();
-        self.connections
-            .read("get_sandbox", move |conn| {
-                one_sandbox(conn, "get_sandbox", &SANDBOX_SQL.get, [&id])
-            })
-            .await
+        decoded(
+            self.connections
+                .read("get_sandbox", move |conn| {
+                    one_sandbox(conn, "get_sandbox", &SANDBOX_SQL.get, [&id])
+                })
+                .await,
+        )
     }
 
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
@@ -340,16 +350,18 @@ impl Store for SqliteStore {
         expires_at: Timestamp,
     ) -> StoreResult<Option<Sandbox>> {
         let id = id.as_str().to_owned();
-        self.connections
-            .write("set_sandbox_expiry", move |conn| {
-                one_sandbox(
-                    conn,
-                    "set_sandbox_expiry",
-                    &SANDBOX_SQL.set_expiry,
-                    params![id, micros(expires_at)],
-                )
-            })
-            .await
+        decoded(
+            self.connections
+                .write("set_sandbox_expiry", move |conn| {
+                    one_sandbox(
+                        conn,
+                        "set_sandbox_expiry",
+                        &SANDBOX_SQL.set_expiry,
+                        params![id, micros(expires_at)],
+                    )
+                })
+                .await,
+        )
     }
 
     async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>> {
