@@ -38,6 +38,9 @@ run() {
     printf '%s spawn-destroy: ' "$label"
     "${env[@]}" target/release/svc-bench --url "$url" spawn-destroy --concurrency 16 --seconds "$seconds" | tr '\n' ' '
     echo
+    printf '%s pool-status: ' "$label"
+    "${env[@]}" target/release/svc-bench --url "$url" pool-status --concurrency 32 --seconds "$seconds" | tr '\n' ' '
+    echo
     printf '%s exec-latency: ' "$label"
     "${env[@]}" target/release/svc-bench --url "$url" exec-latency --iterations 300 | grep -i buffered | tr '\n' ' '
     echo

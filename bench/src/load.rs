@@ -18,15 +18,22 @@ pub(crate) struct LoadArgs {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
     Health,
+    /// `GET /api/v1/pool/status`: the cheapest authenticated route, so the authentication
+    /// middleware is most of the work.
+    PoolStatus,
     SpawnDestroy,
 }
 
 async fn one(client: &reqwest::Client, base: &str, kind: Kind) -> anyhow::Result<()> {
     match kind {
-        Kind::Health => {
-            let response = client.get(format!("{base}/api/v1/health")).send().await?;
+        Kind::Health | Kind::PoolStatus => {
+            let path = match kind {
+                Kind::Health => "health",
+                _ => "pool/status",
+            };
+            let response = client.get(format!("{base}/api/v1/{path}")).send().await?;
             if !response.status().is_success() {
-                bail!("health: {}", response.status());
+                bail!("{path}: {}", response.status());
             }
             response.bytes().await?;
         }
@@ -93,7 +100,7 @@ pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Resu
     let elapsed = started.elapsed().as_secs_f64();
     latencies.sort_unstable();
     let unit = match kind {
-        Kind::Health => "requests",
+        Kind::Health | Kind::PoolStatus => "requests",
         Kind::SpawnDestroy => "spawn+destroy pairs",
     };
     println!(

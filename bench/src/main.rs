@@ -25,6 +25,8 @@ struct Args {
 enum Scenario {
     /// `GET /api/v1/health` throughput.
     Health(load::LoadArgs),
+    /// `GET /api/v1/pool/status` throughput: an authenticated route that does almost nothing.
+    PoolStatus(load::LoadArgs),
     /// Spawn then destroy on the mock provider, throughput in pairs per second.
     SpawnDestroy(load::LoadArgs),
     /// Round-trip latency of `true`: buffered exec, streamed exec, and the host baseline.
@@ -42,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match args.scenario {
         Scenario::Health(load) => load::run(&args.url, load::Kind::Health, &load).await,
+        Scenario::PoolStatus(load) => load::run(&args.url, load::Kind::PoolStatus, &load).await,
         Scenario::SpawnDestroy(load) => load::run(&args.url, load::Kind::SpawnDestroy, &load).await,
         Scenario::ExecLatency(latency) => exec::latency(&args.url, &latency).await,
         Scenario::StreamThroughput(throughput) => exec::throughput(&args.url, &throughput).await,

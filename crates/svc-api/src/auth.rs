@@ -4,7 +4,7 @@
 //! the admin permission (decisions §5). Credentials never reach a log or a response.
 
 use axum::extract::{Request, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use svc_control::{Action, ControlPlane, Credentials};
@@ -13,23 +13,23 @@ use svc_core::{Error, OwnerId};
 use crate::ApiError;
 
 /// The API key header.
-pub(crate) const API_KEY_HEADER: &str = "x-api-key";
+static API_KEY_HEADER: HeaderName = HeaderName::from_static("x-api-key");
 /// The admin API key header.
-pub(crate) const ADMIN_API_KEY_HEADER: &str = "x-admin-api-key";
+static ADMIN_API_KEY_HEADER: HeaderName = HeaderName::from_static("x-admin-api-key");
 /// The owner header.
-pub(crate) const USER_ID_HEADER: &str = "x-user-id";
+static USER_ID_HEADER: HeaderName = HeaderName::from_static("x-user-id");
 
 /// Routes that never need credentials.
 pub(crate) const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];
 const ADMIN_PREFIX: &str = "/api/v1/admin/";
 
 /// A header's text; a value that is not UTF-8 matches no key, so it reads as an empty one.
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).map(|v| v.to_str().unwrap_or(""))
 }
 
 fn owner(headers: &HeaderMap) -> Result<Option<OwnerId>, Error> {
-    let Some(value) = headers.get(USER_ID_HEADER) else {
+    let Some(value) = headers.get(&USER_ID_HEADER) else {
         return Ok(None);
     };
     let text = std::str::from_utf8(value.as_bytes())
@@ -52,8 +52,8 @@ pub(crate) async fn authenticate(
     let admin_route = path.starts_with(ADMIN_PREFIX);
     let headers = request.headers();
     let credentials = Credentials {
-        api_key: header(headers, API_KEY_HEADER),
-        admin_api_key: header(headers, ADMIN_API_KEY_HEADER),
+        api_key: header(headers, &API_KEY_HEADER),
+        admin_api_key: header(headers, &ADMIN_API_KEY_HEADER),
     };
     // Who is calling comes before what they asked: a bad X-User-ID from an unknown caller
     // is still a 401.

@@ -81,11 +81,11 @@ impl FromRequestParts<ControlPlane> for Caller {
         parts: &mut Parts,
         _state: &ControlPlane,
     ) -> Result<Self, Self::Rejection> {
-        // A route outside the middleware is a wiring bug: refuse rather than guess a caller.
+        // Taken, not cloned: one extractor per request wants it. A route outside the
+        // middleware is a wiring bug: refuse rather than guess a caller.
         parts
             .extensions
-            .get::<Principal>()
-            .cloned()
+            .remove::<Principal>()
             .map(Caller)
             .ok_or_else(|| {
                 ApiError(Error::internal(

@@ -2,6 +2,8 @@
 //! explicitly to every control-plane call, which checks it against the permission table with
 //! [`ControlPlane::authorize`].
 
+use std::borrow::Cow;
+
 use svc_core::access::{permits, Action, Role};
 use svc_core::{Error, OwnerId};
 
@@ -46,8 +48,9 @@ pub struct Principal {
     /// True when the plain API key stands in for an unset admin key (decisions §5: admin routes
     /// accept it while `auth.admin_api_key` is empty and `auth.admin_fallback_enabled`).
     pub admin_fallback: bool,
-    /// Tenant whose sandboxes the caller sees.
-    pub tenant_id: String,
+    /// Tenant whose sandboxes the caller sees (borrowed for `default`: no allocation on the
+    /// request path).
+    pub tenant_id: Cow<'static, str>,
     /// The owner selected by `X-User-ID` (validated), if any.
     pub owner: Option<OwnerId>,
     /// True when tenant boundaries apply (OIDC callers).
@@ -60,7 +63,7 @@ impl Principal {
             role,
             method,
             admin_fallback: false,
-            tenant_id: DEFAULT_TENANT.to_owned(),
+            tenant_id: Cow::Borrowed(DEFAULT_TENANT),
             owner,
             tenant_scoped: false,
         }
@@ -91,7 +94,7 @@ impl Principal {
 
     /// The tenant filter for listings: `None` means every tenant.
     pub fn visible_tenant(&self) -> Option<&str> {
-        self.tenant_scoped.then_some(self.tenant_id.as_str())
+        self.tenant_scoped.then_some(&*self.tenant_id)
     }
 
     /// Whether a record of `tenant_id` is visible to the caller.

@@ -576,7 +576,7 @@ fn resolve_owner(principal: &Principal, body_owner: Option<&str>) -> Result<Stri
 /// tenants are managed).
 fn resolve_tenant(principal: &Principal, requested: Option<&str>) -> Result<String, Error> {
     match requested {
-        None => Ok(principal.tenant_id.clone()),
+        None => Ok(principal.tenant_id.clone().into_owned()),
         Some(DEFAULT_TENANT) => Ok(DEFAULT_TENANT.to_owned()),
         Some(other) => Err(Error::invalid(
             "tenant_id",
