@@ -447,8 +447,6 @@ mod tests {
     use super::*;
     use async_trait::async_trait;
     use bytes::Bytes;
-    use svc_core::config::Config;
-    use svc_core::SystemClock;
     use svc_provider::{Signal, TtySize};
 
     /// A command whose kill fails and which never ends by itself.
@@ -473,29 +471,11 @@ mod tests {
         }
     }
 
-    async fn plane() -> ControlPlane {
-        let clock: Arc<dyn svc_core::Clock> = Arc::new(SystemClock);
-        let store = svc_store::sqlite::SqliteStore::open(":memory:")
-            .await
-            .unwrap();
-        ControlPlane::new(crate::ControlPlaneParts {
-            config: Arc::new(Config::default()),
-            store: Arc::new(store),
-            providers: Arc::new(crate::ProviderRegistry::new(
-                Vec::new(),
-                String::new(),
-                Arc::clone(&clock),
-            )),
-            clock,
-            authenticator: crate::Authenticator::Open,
-        })
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_failed_kill_still_answers_after_the_grace_period() {
         let timeout = Duration::from_millis(50);
         let mut running = RunningExec {
-            plane: plane().await,
+            plane: ControlPlane::for_tests().await,
             sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
             provider: "test".into(),
             form: ExecForm::Buffered,

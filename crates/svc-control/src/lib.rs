@@ -13,6 +13,7 @@ mod provider_errors;
 pub mod providers;
 mod reaper;
 mod recover;
+mod retry;
 mod sandboxes;
 mod spawn;
 mod templates;

@@ -33,6 +33,7 @@ pub(crate) struct Inner {
     pub(crate) events: EventBus,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) authenticator: Authenticator,
+    pub(crate) retries: crate::retry::Retries,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -55,6 +56,7 @@ impl ControlPlane {
                 events,
                 clock: parts.clock,
                 authenticator: parts.authenticator,
+                retries: crate::retry::Retries::default(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -115,5 +117,28 @@ impl ControlPlane {
     pub fn start_background(&self) -> Vec<JoinHandle<()>> {
         let cancel = self.inner.shutdown.clone();
         vec![tokio::spawn(crate::reaper::run(self.clone(), cancel))]
+    }
+}
+
+#[cfg(test)]
+impl ControlPlane {
+    /// A control plane on in-memory SQLite with no providers, for unit tests.
+    pub(crate) async fn for_tests() -> Self {
+        let clock: Arc<dyn Clock> = Arc::new(svc_core::SystemClock);
+        #[allow(clippy::unwrap_used)]
+        let store = svc_store::sqlite::SqliteStore::open(":memory:")
+            .await
+            .unwrap();
+        ControlPlane::new(ControlPlaneParts {
+            config: Arc::new(Config::default()),
+            store: Arc::new(store),
+            providers: Arc::new(ProviderRegistry::new(
+                Vec::new(),
+                String::new(),
+                Arc::clone(&clock),
+            )),
+            clock,
+            authenticator: Authenticator::Open,
+        })
     }
 }

@@ -1,8 +1,6 @@
 //! The sandbox lifecycle after spawn (see `spawn.rs`): get, list, extend, and destroy, the
 //! spawn pipeline's mirror image, with prune and the reaper built on it.
 
-use std::time::Duration;
-
 use svc_core::access::Action;
 use svc_core::admission::check_ttl;
 use svc_core::clock::add_duration;
@@ -170,9 +168,11 @@ impl ControlPlane {
             Ok(ended) => Ok(ended),
             Err(err) => {
                 tracing::warn!(sandbox_id = %sandbox.id, error = %err, "the runtime is gone but the record could not be ended; retrying in the background");
-                let plane = self.clone();
                 let id = sandbox.id.clone();
-                tokio::spawn(async move { plane.end_destroyed_later(&id, reason).await });
+                self.retry_in_background(format!("end-destroyed:{id}"), move |plane| {
+                    let id = id.clone();
+                    async move { plane.end_destroyed(&id, reason).await.is_ok() }
+                });
                 Err(err)
             }
         }
@@ -199,20 +199,6 @@ impl ControlPlane {
         );
         tracing::info!(sandbox_id = %destroyed.id, reason = reason.as_str(), "sandbox destroyed");
         Ok(true)
-    }
-
-    async fn end_destroyed_later(&self, id: &SandboxId, reason: StateReason) {
-        let mut delay = Duration::from_millis(500);
-        loop {
-            tokio::select! {
-                () = self.shutdown_token().cancelled() => return,
-                () = tokio::time::sleep(delay) => {}
-            }
-            if self.end_destroyed(id, reason).await.is_ok() {
-                return;
-            }
-            delay = (delay * 2).min(Duration::from_secs(30));
-        }
     }
 
     /// `POST /sandboxes/{id}/extend`: `expires_at = now + ttl`, within the max TTL from creation.

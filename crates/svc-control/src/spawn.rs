@@ -352,7 +352,7 @@ impl ControlPlane {
             }
             Err(_) => {
                 // Whatever the call still creates is removed once it returns.
-                self.remove_runtime_later(id, Arc::clone(provider), Some(call));
+                self.remove_runtime_later(id, Arc::clone(provider), call);
                 Err(StepFailure::provider(Error::provider(
                     provider.name(),
                     "spawn",
@@ -366,9 +366,10 @@ impl ControlPlane {
 
     /// Undoes a spawn whose record exists, in reverse: removes the runtime, ends the record as
     /// `error` (`spawn_failed`), publishes `sandbox.error` and the failure. A runtime that
-    /// cannot be removed now (provider unreachable) is removed in the background, with the
-    /// record already ended: a spawn reported failed never comes back to life, and the
-    /// start-up sweep (`recover.rs`) removes what a restart in between left behind.
+    /// cannot be removed now (provider unreachable), or a record that cannot be ended now
+    /// (store unreachable), is retried in the background; the record is ended first either
+    /// way, so a spawn reported failed never comes back to life, and the start-up sweep
+    /// (`recover.rs`) removes what a restart in between left behind.
     async fn undo_spawn(
         &self,
         sandbox: &Sandbox,
@@ -379,9 +380,15 @@ impl ControlPlane {
         let mut message = failure.error.public_message();
         if let Err(err) = &removal {
             tracing::warn!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the runtime could not be removed yet; retrying in the background");
-            message.push_str("; its runtime is still being removed");
+            message.push_str("; removing its runtime had to be retried");
         }
-        self.end_failed_spawn(sandbox, &message).await;
+        if !self.end_failed_spawn(sandbox, &message).await {
+            let (record, message) = (sandbox.clone(), message.clone());
+            self.retry_in_background(format!("end-failed:{}", sandbox.id), move |plane| {
+                let (record, message) = (record.clone(), message.clone());
+                async move { plane.end_failed_spawn(&record, &message).await }
+            });
+        }
         self.publish_failure(
             Some(&sandbox.id),
             "spawn",
@@ -390,52 +397,43 @@ impl ControlPlane {
             failure.provider_at_fault,
         );
         if removal.is_err() {
-            self.remove_runtime_later(sandbox.id.clone(), Arc::clone(provider), None);
+            self.retry_runtime_removal(&sandbox.id, provider);
         }
         tracing::warn!(sandbox_id = %sandbox.id, error = %failure.error, "spawn failed and was rolled back");
     }
 
-    /// Removes a runtime in the background, retrying with backoff (0.5 s doubling to 30 s)
-    /// until it succeeds or svc shuts down. With `after`, first waits for that in-flight
-    /// provider call, so a runtime it creates late is removed as soon as it exists.
+    /// Removes a runtime in the background until it is gone.
+    fn retry_runtime_removal(&self, id: &SandboxId, provider: &Arc<dyn Provider>) {
+        let (id, provider) = (id.clone(), Arc::clone(provider));
+        self.retry_in_background(format!("remove-runtime:{id}"), move |_| {
+            let (id, provider) = (id.clone(), Arc::clone(&provider));
+            async move { provider.destroy(&id).await.is_ok() }
+        });
+    }
+
+    /// Removes whatever a provider call still in flight creates: waits for `call` to return,
+    /// then removes the runtime (retrying in the background when that fails).
     fn remove_runtime_later(
         &self,
         id: SandboxId,
         provider: Arc<dyn Provider>,
-        after: Option<JoinHandle<Result<RuntimeInfo, ProviderError>>>,
+        call: JoinHandle<Result<RuntimeInfo, ProviderError>>,
     ) {
-        let shutdown = self.shutdown_token().clone();
+        let plane = self.clone();
         tokio::spawn(async move {
-            let mut delay = Duration::from_millis(500);
-            if let Some(call) = after {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    _ = call => {}
-                }
-                delay = Duration::ZERO;
+            tokio::select! {
+                () = plane.shutdown_token().cancelled() => return,
+                _ = call => {}
             }
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-                match provider.destroy(&id).await {
-                    Ok(()) => {
-                        tracing::info!(sandbox_id = %id, "a failed spawn's runtime was removed");
-                        return;
-                    }
-                    Err(err) => {
-                        tracing::debug!(sandbox_id = %id, error = %err, "removing a failed spawn's runtime failed again");
-                        delay =
-                            (delay * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
-                    }
-                }
+            if provider.destroy(&id).await.is_err() {
+                plane.retry_runtime_removal(&id, &provider);
             }
         });
     }
 
-    /// Ends the record of a failed spawn as `error` and publishes `sandbox.error`, once.
-    async fn end_failed_spawn(&self, sandbox: &Sandbox, message: &str) {
+    /// Ends the record of a failed spawn as `error` and publishes `sandbox.error`, once. False
+    /// when the store could not be written.
+    async fn end_failed_spawn(&self, sandbox: &Sandbox, message: &str) -> bool {
         let ending = Ending {
             reason: StateReason::SpawnFailed,
             message: message.to_owned(),
@@ -450,10 +448,12 @@ impl ControlPlane {
                 data.error = Some(message.to_owned());
                 self.events()
                     .publish(Some(&ended.id), EventPayload::SandboxError(data));
+                true
             }
-            Ok(None) => {}
+            Ok(None) => true,
             Err(err) => {
-                tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the record could not be marked error; start-up recovery settles it");
+                tracing::error!(sandbox_id = %sandbox.id, error = %err, "rolling back a spawn: the record could not be marked error; retrying in the background");
+                false
             }
         }
     }

@@ -132,7 +132,8 @@ pub struct FaultyStore {
     /// real write handed to the database does.
     pub admit_delay: Mutex<Option<Duration>>,
     writes: AtomicUsize,
-    fault: Mutex<Option<(usize, WriteFault)>>,
+    /// Writes `from..from + count` (numbered since creation) fail this way.
+    fault: Mutex<Option<(usize, usize, WriteFault)>>,
 }
 
 impl FaultyStore {
@@ -147,21 +148,26 @@ impl FaultyStore {
 
     /// The `nth` write from now fails this way.
     pub fn arm(&self, nth: usize, fault: WriteFault) {
+        self.arm_span(nth, 1, fault);
+    }
+
+    /// `count` writes from the `nth` one from now fail this way.
+    pub fn arm_span(&self, nth: usize, count: usize, fault: WriteFault) {
         let base = self.writes.load(Ordering::SeqCst);
-        *self.fault.lock().unwrap() = Some((base + nth, fault));
+        *self.fault.lock().unwrap() = Some((base + nth, count, fault));
     }
 
     fn write(&self, operation: &'static str) -> StoreResult<()> {
         let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
         let fault = *self.fault.lock().unwrap();
         match fault {
-            Some((at, WriteFault::Fail)) if at == n => Err(StoreError::Backend {
-                operation,
-                source: "injected write failure".into(),
-            }),
-            Some((at, WriteFault::Panic)) if at == n => {
-                panic!("injected store panic in {operation}")
-            }
+            Some((from, count, kind)) if (from..from + count).contains(&n) => match kind {
+                WriteFault::Fail => Err(StoreError::Backend {
+                    operation,
+                    source: "injected write failure".into(),
+                }),
+                WriteFault::Panic => panic!("injected store panic in {operation}"),
+            },
             _ => Ok(()),
         }
     }

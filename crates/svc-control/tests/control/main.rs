@@ -235,10 +235,7 @@ async fn a_runtime_that_cannot_be_removed_yet_is_removed_in_the_background() {
     // The caller was told the spawn failed, so the record says so at once.
     let record = the_failed_record(&fx).await;
     assert!(
-        record
-            .state_message
-            .unwrap()
-            .contains("still being removed"),
+        record.state_message.unwrap().contains("had to be retried"),
         "the message says the runtime is not gone yet"
     );
     assert_eq!(fx.runtimes(), vec![record.id.to_string()]);
@@ -252,6 +249,21 @@ async fn a_runtime_that_cannot_be_removed_yet_is_removed_in_the_background() {
     })
     .await;
     assert_eq!(fx.records().await[0].state, SandboxState::Error);
+}
+
+#[tokio::test]
+async fn a_record_that_cannot_be_ended_yet_is_ended_in_the_background() {
+    let fx = Fixture::new().await;
+    // Write 2 marks running, write 3 ends the record: both fail; the retry (write 4) works.
+    fx.store.arm_span(2, 2, WriteFault::Fail);
+    fx.plane
+        .spawn_sandbox(&fx.admin(), request())
+        .await
+        .unwrap_err();
+    assert!(fx.runtimes().is_empty(), "the runtime went at once");
+    fx.wait_for_first_record("the retried end of the record", SandboxState::Error)
+        .await;
+    the_failed_record(&fx).await;
 }
 
 #[tokio::test]
