@@ -10,10 +10,10 @@
 
 use svc_core::access::Action;
 use svc_core::event::EventPayload;
-use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
+use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::{Capability, Error};
 use svc_provider::RuntimeStatus;
-use svc_store::{EndedState, SandboxFilter, StateFilter};
+use svc_store::{SandboxFilter, StateFilter};
 
 use crate::spawn::sandbox_event_data;
 use crate::{ControlPlane, Principal};
@@ -149,27 +149,10 @@ impl ControlPlane {
             tracing::warn!(sandbox_id = %sandbox.id, error = %err, "removing an interrupted spawn's runtime failed; left creating");
             return Resolution::Unresolved;
         }
-        let ending = Ending {
-            reason: StateReason::SpawnFailed,
-            message: message.to_owned(),
-        };
-        match self
-            .store()
-            .end_sandbox(&sandbox.id, EndedState::Error, &ending, self.clock().now())
-            .await
-        {
-            Ok(Some(ended)) => {
-                let mut data = sandbox_event_data(&ended);
-                data.error = Some(message.to_owned());
-                self.events()
-                    .publish(Some(&ended.id), EventPayload::SandboxError(data));
-                Resolution::Failed
-            }
-            Ok(None) => Resolution::Unresolved,
-            Err(err) => {
-                tracing::warn!(sandbox_id = %sandbox.id, error = %err, "ending an interrupted spawn failed");
-                Resolution::Unresolved
-            }
+        if self.end_failed_spawn(sandbox, message).await {
+            Resolution::Failed
+        } else {
+            Resolution::Unresolved
         }
     }
 }

@@ -433,7 +433,7 @@ impl ControlPlane {
 
     /// Ends the record of a failed spawn as `error` and publishes `sandbox.error`, once. False
     /// when the store could not be written.
-    async fn end_failed_spawn(&self, sandbox: &Sandbox, message: &str) -> bool {
+    pub(crate) async fn end_failed_spawn(&self, sandbox: &Sandbox, message: &str) -> bool {
         let ending = Ending {
             reason: StateReason::SpawnFailed,
             message: message.to_owned(),
