@@ -58,15 +58,13 @@ pub(crate) async fn authenticate(
     // Who is calling comes before what they asked: a bad X-User-ID from an unknown caller
     // is still a 401.
     let owner = owner(headers);
-    let principal = plane
-        .authenticate(&credentials, None)
-        .and_then(|mut principal| {
-            principal.owner = owner?;
-            if admin_route {
-                plane.authorize(&principal, Action::UseAdminRoutes)?;
-            }
-            Ok(principal)
-        });
+    let principal = plane.authenticate(&credentials).and_then(|mut principal| {
+        principal.owner = owner?;
+        if admin_route {
+            plane.authorize(&principal, Action::UseAdminRoutes)?;
+        }
+        Ok(principal)
+    });
     match principal {
         Ok(principal) => {
             request.extensions_mut().insert(principal);

@@ -8,10 +8,12 @@
 //! - runtimes whose record has already ended (a rollback or destroy whose removal had not
 //!   succeeded when the process stopped) are removed.
 
+use std::collections::HashSet;
+
 use svc_core::access::Action;
 use svc_core::event::EventPayload;
 use svc_core::sandbox::{Sandbox, SandboxState};
-use svc_core::{Capability, Error};
+use svc_core::{Capability, Error, SandboxId};
 use svc_provider::RuntimeStatus;
 use svc_store::{SandboxFilter, StateFilter};
 
@@ -79,9 +81,10 @@ impl ControlPlane {
     }
 
     /// Removes runtimes whose sandbox record has ended. Runtimes the store does not know are
-    /// left alone (reconciliation adopts them).
+    /// left alone (reconciliation adopts them). The ended records are read in one listing, not
+    /// one lookup per runtime.
     async fn sweep_ended_runtimes(&self) -> usize {
-        let mut swept = 0;
+        let mut inventories = Vec::new();
         for provider in self.providers().all_for_cleanup() {
             if !provider
                 .capabilities()
@@ -89,21 +92,35 @@ impl ControlPlane {
             {
                 continue;
             }
-            let runtimes = match provider.inventory().await {
-                Ok(runtimes) => runtimes,
+            match provider.inventory().await {
+                Ok(runtimes) if !runtimes.is_empty() => inventories.push((provider, runtimes)),
+                Ok(_) => {}
                 Err(err) => {
                     tracing::warn!(provider = provider.name(), error = %err, "listing runtimes at start-up failed");
-                    continue;
                 }
-            };
-            for runtime in runtimes {
-                let ended = matches!(
-                    self.store().get_sandbox(&runtime.sandbox_id).await,
-                    Ok(Some(record)) if record.state.has_ended()
-                );
-                if !ended {
-                    continue;
-                }
+            }
+        }
+        if inventories.is_empty() {
+            return 0;
+        }
+        let everything = SandboxFilter {
+            state: StateFilter::All,
+            ..SandboxFilter::default()
+        };
+        let ended: HashSet<SandboxId> = match self.store().list_sandboxes(&everything).await {
+            Ok(records) => records
+                .into_iter()
+                .filter(|r| r.state.has_ended())
+                .map(|r| r.id)
+                .collect(),
+            Err(err) => {
+                tracing::warn!(error = %err, "listing sandboxes for the start-up sweep failed");
+                return 0;
+            }
+        };
+        let mut swept = 0;
+        for (provider, runtimes) in inventories {
+            for runtime in runtimes.iter().filter(|r| ended.contains(&r.sandbox_id)) {
                 match provider.destroy(&runtime.sandbox_id).await {
                     Ok(()) => swept += 1,
                     Err(err) => {

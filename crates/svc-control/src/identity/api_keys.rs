@@ -5,7 +5,7 @@
 
 use sha2::{Digest, Sha256};
 use svc_core::config::AuthConfig;
-use svc_core::{Error, OwnerId};
+use svc_core::Error;
 
 use crate::Principal;
 
@@ -81,27 +81,23 @@ impl ApiKeys {
         }
     }
 
-    fn principal(&self, matched: &Matched, owner: Option<OwnerId>) -> Principal {
+    fn principal(&self, matched: &Matched) -> Principal {
         match matched {
-            Matched::Admin => Principal::admin_key(owner),
-            Matched::Api => Principal::api_key(owner, self.fallback),
+            Matched::Admin => Principal::admin_key(None),
+            Matched::Api => Principal::api_key(None, self.fallback),
         }
     }
 
     /// The caller, or 401 naming the header at fault (never echoing its value).
-    pub fn authenticate(
-        &self,
-        credentials: &Credentials<'_>,
-        owner: Option<OwnerId>,
-    ) -> Result<Principal, Error> {
+    pub fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
         let unauthorized = |message: &str| Error::Unauthorized {
             message: message.to_owned(),
         };
         if let Some(presented) = credentials.admin_api_key {
             return match self.matches(presented) {
-                Some(Matched::Admin) => Ok(self.principal(&Matched::Admin, owner)),
+                Some(Matched::Admin) => Ok(self.principal(&Matched::Admin)),
                 // Without an admin key, the plain key is accepted in its place (fallback).
-                Some(Matched::Api) if self.fallback => Ok(self.principal(&Matched::Api, owner)),
+                Some(Matched::Api) if self.fallback => Ok(self.principal(&Matched::Api)),
                 _ => Err(unauthorized(
                     "the X-Admin-API-Key header does not hold a valid admin API key",
                 )),
@@ -112,7 +108,7 @@ impl ApiKeys {
                 "authentication required: send an API key in the X-API-Key header",
             )),
             Some(presented) => match self.matches(presented) {
-                Some(matched) => Ok(self.principal(&matched, owner)),
+                Some(matched) => Ok(self.principal(&matched)),
                 None => Err(unauthorized(
                     "the X-API-Key header does not hold a valid API key",
                 )),
@@ -148,17 +144,11 @@ mod tests {
     #[test]
     fn keys_give_roles() {
         let k = keys("plain-key", "admin-key", true);
-        let p = k
-            .authenticate(&creds(Some("plain-key"), None), None)
-            .unwrap();
+        let p = k.authenticate(&creds(Some("plain-key"), None)).unwrap();
         assert_eq!((p.role, p.admin_fallback), (Role::Api, false));
-        let p = k
-            .authenticate(&creds(Some("admin-key"), None), None)
-            .unwrap();
+        let p = k.authenticate(&creds(Some("admin-key"), None)).unwrap();
         assert_eq!(p.role, Role::Admin);
-        let p = k
-            .authenticate(&creds(None, Some("admin-key")), None)
-            .unwrap();
+        let p = k.authenticate(&creds(None, Some("admin-key"))).unwrap();
         assert_eq!(p.role, Role::Admin);
         for (api, admin) in [
             (None, None),
@@ -167,7 +157,7 @@ mod tests {
             (None, Some("plain-key")),
             (Some("admin-key"), Some("wrong")),
         ] {
-            let err = k.authenticate(&creds(api, admin), None).unwrap_err();
+            let err = k.authenticate(&creds(api, admin)).unwrap_err();
             assert_eq!(
                 err.kind(),
                 svc_core::ErrorKind::Unauthorized,
@@ -192,21 +182,13 @@ mod tests {
     #[test]
     fn fallback_only_without_an_admin_key() {
         let k = keys("plain-key", "", true);
-        let p = k
-            .authenticate(&creds(Some("plain-key"), None), None)
-            .unwrap();
+        let p = k.authenticate(&creds(Some("plain-key"), None)).unwrap();
         assert!(p.admin_fallback);
-        let p = k
-            .authenticate(&creds(None, Some("plain-key")), None)
-            .unwrap();
+        let p = k.authenticate(&creds(None, Some("plain-key"))).unwrap();
         assert!(p.admin_fallback);
         let k = keys("plain-key", "", false);
-        let p = k
-            .authenticate(&creds(Some("plain-key"), None), None)
-            .unwrap();
+        let p = k.authenticate(&creds(Some("plain-key"), None)).unwrap();
         assert!(!p.admin_fallback);
-        assert!(k
-            .authenticate(&creds(None, Some("plain-key")), None)
-            .is_err());
+        assert!(k.authenticate(&creds(None, Some("plain-key"))).is_err());
     }
 }

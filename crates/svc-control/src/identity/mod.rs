@@ -6,7 +6,7 @@ mod api_keys;
 pub use api_keys::{ApiKeys, Credentials};
 
 use svc_core::config::AuthConfig;
-use svc_core::{Error, OwnerId};
+use svc_core::Error;
 
 use crate::{ControlPlane, Principal};
 
@@ -58,26 +58,18 @@ impl Authenticator {
         !matches!(self, Authenticator::Open)
     }
 
-    /// The caller behind `credentials`, or 401.
-    pub fn authenticate(
-        &self,
-        credentials: &Credentials<'_>,
-        owner: Option<OwnerId>,
-    ) -> Result<Principal, Error> {
+    /// The caller behind `credentials`, or 401; the owner (`X-User-ID`) is the caller's to set.
+    pub fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
         match self {
-            Authenticator::Open => Ok(Principal::anonymous(owner)),
-            Authenticator::ApiKeys(keys) => keys.authenticate(credentials, owner),
+            Authenticator::Open => Ok(Principal::anonymous(None)),
+            Authenticator::ApiKeys(keys) => keys.authenticate(credentials),
         }
     }
 }
 
 impl ControlPlane {
     /// Authenticates a request's credentials (see [`Authenticator::authenticate`]).
-    pub fn authenticate(
-        &self,
-        credentials: &Credentials<'_>,
-        owner: Option<OwnerId>,
-    ) -> Result<Principal, Error> {
-        self.inner.authenticator.authenticate(credentials, owner)
+    pub fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
+        self.inner.authenticator.authenticate(credentials)
     }
 }
