@@ -122,16 +122,10 @@ fn serve_with_api_keys_never_logs_them() {
     const WRONG: &str = "cli-wrong-key-fedcba9876543210";
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let child = svc()
-        .arg("serve")
-        .current_dir(dir.path())
-        .env("SVC_SERVER__PORT", port.to_string())
-        .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.path().join("mock"))
-        .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
+    let child = serve_in(dir.path(), port)
         .env("SVC_AUTH__ENABLED", "true")
         .env("SVC_AUTH__API_KEY", KEY)
         .env("SVC_LOGGING__LEVEL", "debug")
-        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     wait_until_serving(port);
@@ -146,12 +140,7 @@ fn serve_with_api_keys_never_logs_them() {
         &[("X-Admin-API-Key", WRONG)],
     );
     assert!(admin.starts_with("HTTP/1.1 401"), "{admin}");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
+    let output = stop(child);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("API keys required"), "{stderr}");
     assert!(
@@ -185,26 +174,13 @@ fn raw_request(port: u16, request_line: &str, headers: &[(&str, &str)]) -> Strin
 fn serve_runs_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let child = svc()
-        .arg("serve")
-        .current_dir(dir.path())
-        .env("SVC_SERVER__PORT", port.to_string())
-        .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.path().join("mock"))
-        .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = serve_in(dir.path(), port).spawn().unwrap();
     wait_until_serving(port);
     assert!(
         dir.path().join("svc.db").exists(),
         "the default store is ./svc.db"
     );
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
+    let output = stop(child);
     assert!(output.status.success(), "exit: {:?}", output.status);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -212,6 +188,29 @@ fn serve_runs_and_stops_on_sigterm() {
         "{stderr}"
     );
     assert!(stderr.contains("svc stopped"), "{stderr}");
+}
+
+/// `svc serve` in `dir` on `port`, with the mock provider only and stderr captured.
+fn serve_in(dir: &std::path::Path, port: u16) -> Command {
+    let mut command = svc();
+    command
+        .arg("serve")
+        .current_dir(dir)
+        .env("SVC_SERVER__PORT", port.to_string())
+        .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.join("mock"))
+        .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// Sends SIGTERM and collects how the server ended.
+fn stop(child: std::process::Child) -> std::process::Output {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait_with_output().unwrap()
 }
 
 /// Waits for `svc serve` on `port`. The socket accepts connections as soon as it is bound,
