@@ -338,6 +338,13 @@ impl Fixture {
         })
     }
 
+    /// A spawn with every default, as the anonymous admin.
+    pub async fn spawn(&self) -> Result<Sandbox, svc_core::Error> {
+        self.plane
+            .spawn_sandbox(&self.admin(), svc_core::sandbox::SpawnRequest::default())
+            .await
+    }
+
     pub fn admin(&self) -> Principal {
         Principal::anonymous(None)
     }

@@ -50,11 +50,7 @@ async fn the_failed_record(fx: &Fixture) -> Sandbox {
 async fn a_spawn_goes_through_every_step() {
     let fx = Fixture::new().await;
     let mut events = fx.events();
-    let sandbox = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap();
+    let sandbox = fx.spawn().await.unwrap();
     assert_eq!(sandbox.state, SandboxState::Running);
     assert_eq!(sandbox.state_reason, None);
     assert_eq!(fx.runtimes(), vec![sandbox.id.to_string()]);
@@ -104,11 +100,7 @@ async fn invalid_input_is_refused_before_anything_is_written_or_spawned() {
 async fn a_failing_admission_write_leaves_nothing() {
     let fx = Fixture::new().await;
     fx.store.arm(1, WriteFault::Fail);
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Internal);
     assert!(
         !err.public_message().contains("injected"),
@@ -123,11 +115,7 @@ async fn a_failing_provider_spawn_ends_the_record_as_error() {
     let fx = Fixture::new().await;
     fx.provider.set_spawn(SpawnFault::Fail);
     let mut events = fx.events();
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ProviderError);
     the_failed_record(&fx).await;
     assert!(fx.runtimes().is_empty());
@@ -146,11 +134,7 @@ async fn a_hanging_provider_spawn_times_out_and_rolls_back() {
     let fx = Fixture::new().await;
     fx.provider.set_spawn(SpawnFault::Hang);
     let started = std::time::Instant::now();
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ProviderError);
     assert!(err.to_string().contains("spawn_timeout"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -162,11 +146,7 @@ async fn a_runtime_created_after_the_deadline_is_removed_when_it_appears() {
     let fx = Fixture::new().await;
     fx.provider
         .set_spawn(SpawnFault::Slow(Duration::from_millis(600)));
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ProviderError);
     the_failed_record(&fx).await;
     // The slow spawn finishes 300 ms after the deadline; its runtime must not outlive it.
@@ -183,11 +163,7 @@ async fn a_failing_mark_running_removes_the_runtime() {
     // Write 1 admits and records; write 2 marks running.
     fx.store.arm(2, WriteFault::Fail);
     let mut events = fx.events();
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Internal);
     the_failed_record(&fx).await;
     assert!(fx.runtimes().is_empty(), "runtime removed");
@@ -199,11 +175,7 @@ async fn a_failing_mark_running_removes_the_runtime() {
 async fn a_panic_mid_spawn_is_still_undone() {
     let fx = Fixture::new().await;
     fx.store.arm(2, WriteFault::Panic);
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Internal);
     fx.wait_for_first_record("the undo after the panic", SandboxState::Error)
         .await;
@@ -214,11 +186,7 @@ async fn a_panic_mid_spawn_is_still_undone() {
 async fn a_provider_panic_at_spawn_is_a_provider_failure() {
     let fx = Fixture::new().await;
     fx.provider.set_spawn(SpawnFault::Panic);
-    let err = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    let err = fx.spawn().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ProviderError);
     the_failed_record(&fx).await;
 }
@@ -228,10 +196,7 @@ async fn a_runtime_that_cannot_be_removed_yet_is_removed_in_the_background() {
     let fx = Fixture::new().await;
     fx.store.arm(2, WriteFault::Fail);
     *fx.provider.destroy_fails.lock().unwrap() = true;
-    fx.plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    fx.spawn().await.unwrap_err();
     // The caller was told the spawn failed, so the record says so at once.
     let record = the_failed_record(&fx).await;
     assert!(
@@ -256,10 +221,7 @@ async fn a_record_that_cannot_be_ended_yet_is_ended_in_the_background() {
     let fx = Fixture::new().await;
     // Write 2 marks running, write 3 ends the record: both fail; the retry (write 4) works.
     fx.store.arm_span(2, 2, WriteFault::Fail);
-    fx.plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap_err();
+    fx.spawn().await.unwrap_err();
     assert!(fx.runtimes().is_empty(), "the runtime went at once");
     fx.wait_for_first_record("the retried end of the record", SandboxState::Error)
         .await;
@@ -269,11 +231,7 @@ async fn a_record_that_cannot_be_ended_yet_is_ended_in_the_background() {
 #[tokio::test]
 async fn start_up_removes_runtimes_whose_record_has_ended() {
     let fx = Fixture::new().await;
-    let sandbox = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap();
+    let sandbox = fx.spawn().await.unwrap();
     // The record ends but the runtime stays, as when svc stopped before a removal succeeded.
     fx.store
         .end_sandbox(
@@ -285,11 +243,7 @@ async fn start_up_removes_runtimes_whose_record_has_ended() {
         .await
         .unwrap()
         .unwrap();
-    let kept = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap();
+    let kept = fx.spawn().await.unwrap();
     let report = fx.recover_after_restart().await;
     assert_eq!(report.swept, 1, "{report:?}");
     assert_eq!(
@@ -316,11 +270,7 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     let fx = Fixture::new().await;
     fx.provider
         .set_spawn(SpawnFault::Slow(Duration::from_millis(150)));
-    let gone = tokio::time::timeout(
-        Duration::from_millis(20),
-        fx.plane.spawn_sandbox(&fx.admin(), request()),
-    )
-    .await;
+    let gone = tokio::time::timeout(Duration::from_millis(20), fx.spawn()).await;
     assert!(gone.is_err(), "the caller gave up first");
     fx.wait_for_first_record("the abandoned spawn to finish", SandboxState::Running)
         .await;
@@ -330,11 +280,7 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     // Gone while the admitting write is in flight: the write lands, and the spawn goes on.
     let fx = Fixture::new().await;
     *fx.store.admit_delay.lock().unwrap() = Some(Duration::from_millis(100));
-    let gone = tokio::time::timeout(
-        Duration::from_millis(20),
-        fx.plane.spawn_sandbox(&fx.admin(), request()),
-    )
-    .await;
+    let gone = tokio::time::timeout(Duration::from_millis(20), fx.spawn()).await;
     assert!(gone.is_err());
     fx.wait_for_first_record(
         "the spawn admitted after its caller left",
@@ -346,11 +292,7 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     // The same, when the provider then fails: the record ends, nothing runs.
     let fx = Fixture::new().await;
     fx.provider.set_spawn(SpawnFault::Hang);
-    let _ = tokio::time::timeout(
-        Duration::from_millis(20),
-        fx.plane.spawn_sandbox(&fx.admin(), request()),
-    )
-    .await;
+    let _ = tokio::time::timeout(Duration::from_millis(20), fx.spawn()).await;
     fx.wait_for_first_record("the abandoned spawn to be rolled back", SandboxState::Error)
         .await;
     assert!(fx.runtimes().is_empty());
@@ -360,11 +302,7 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
 async fn recovery_resolves_records_a_crash_left_creating() {
     let fx = Fixture::new().await;
     // A record shaped by a real spawn, then destroyed: the template for the crash's leftovers.
-    let shape = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap();
+    let shape = fx.spawn().await.unwrap();
     fx.plane
         .destroy_sandbox(&fx.admin(), shape.id.as_str())
         .await
@@ -465,7 +403,7 @@ async fn concurrent_spawns_never_exceed_a_small_capacity() {
     );
     let spawns = (0..40).map(|_| {
         let fx = Arc::clone(&fx);
-        tokio::spawn(async move { fx.plane.spawn_sandbox(&fx.admin(), request()).await })
+        tokio::spawn(async move { fx.spawn().await })
     });
     let results = futures::future::join_all(spawns).await;
     let (ok, denied): (Vec<_>, Vec<_>) = results
@@ -507,11 +445,7 @@ async fn concurrent_spawns_never_exceed_a_small_capacity() {
 #[tokio::test]
 async fn every_call_is_checked_against_the_permission_table() {
     let fx = Fixture::new().await;
-    let sandbox = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap();
+    let sandbox = fx.spawn().await.unwrap();
     let id = sandbox.id.as_str();
     let viewer = Principal {
         role: Role::Viewer,
@@ -598,11 +532,7 @@ async fn every_call_is_checked_against_the_permission_table() {
 #[tokio::test]
 async fn a_provider_disabled_for_spawns_still_destroys_and_reaps() {
     let fx = Fixture::new().await;
-    let kept = fx
-        .plane
-        .spawn_sandbox(&fx.admin(), request())
-        .await
-        .unwrap();
+    let kept = fx.spawn().await.unwrap();
     let expiring = fx
         .plane
         .spawn_sandbox(
