@@ -13,11 +13,11 @@ use svc_core::{Error, OwnerId};
 use crate::ApiError;
 
 /// The API key header.
-static API_KEY_HEADER: HeaderName = HeaderName::from_static("x-api-key");
+pub(crate) static API_KEY_HEADER: HeaderName = HeaderName::from_static("x-api-key");
 /// The admin API key header.
 static ADMIN_API_KEY_HEADER: HeaderName = HeaderName::from_static("x-admin-api-key");
 /// The owner header.
-static USER_ID_HEADER: HeaderName = HeaderName::from_static("x-user-id");
+pub(crate) static USER_ID_HEADER: HeaderName = HeaderName::from_static("x-user-id");
 
 /// Routes that never need credentials.
 pub(crate) const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];

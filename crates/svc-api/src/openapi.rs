@@ -20,6 +20,7 @@ use utoipa::{Modify, OpenApi};
         (name = "files", description = "Files inside a sandbox"),
         (name = "templates", description = "Named spawn presets"),
         (name = "providers", description = "Providers, snapshots and the pool"),
+        (name = "quotas", description = "Per-owner limits and usage"),
         (name = "events", description = "Lifecycle events"),
         (name = "system", description = "Health and readiness"),
         (name = "admin", description = "Admin aliases; need the admin API key")

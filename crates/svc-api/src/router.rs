@@ -25,6 +25,7 @@ fn api_router() -> OpenApiRouter<ControlPlane> {
         .merge(routes::files::routes())
         .merge(routes::templates::routes())
         .merge(routes::providers::routes())
+        .merge(routes::quotas::routes())
         .merge(routes::events::routes());
     OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
 }
@@ -83,6 +84,10 @@ pub fn router(plane: ControlPlane) -> Router {
     .fallback(route_not_found)
     .method_not_allowed_fallback(method_not_allowed)
     .layer(DefaultBodyLimit::max(max_body))
+    .layer(axum::middleware::from_fn_with_state(
+        plane.clone(),
+        crate::ratelimit::limit,
+    ))
     .layer(axum::middleware::from_fn(crate::error::json_errors))
     .with_state(plane)
     .layer(cors)

@@ -277,19 +277,23 @@ impl Drop for RunningExec {
 }
 
 impl ControlPlane {
-    /// The deadline for a command of `owner`: requested or default, capped by the effective
-    /// maximum (429 when the request exceeds it).
-    fn exec_deadline(&self, requested: Option<GoDuration>) -> Result<Option<Duration>, Error> {
+    /// The deadline for a command of `owner`: requested or default, capped by the owner's
+    /// effective maximum (429 when the request exceeds it).
+    async fn exec_deadline(
+        &self,
+        owner: &str,
+        requested: Option<GoDuration>,
+    ) -> Result<Option<Duration>, Error> {
         let defaults = &self.config().defaults;
-        let max = defaults.max_exec_timeout.as_std();
+        let limit = self.effective_limits(owner).await?.max_exec_timeout;
+        let max = limit.as_std();
         let requested = requested.filter(|t| !t.is_zero());
         if let Some(requested) = requested {
             if !max.is_zero() && requested.as_std() > max {
                 return Err(Error::ResourceLimit {
                     reason: LimitReason::MaxExecTimeout,
                     message: format!(
-                        "exec timeout {requested} exceeds the maximum {} (max_exec_timeout)",
-                        defaults.max_exec_timeout
+                        "exec timeout {requested} exceeds the maximum {limit} (max_exec_timeout)"
                     ),
                 });
             }
@@ -330,7 +334,9 @@ impl ControlPlane {
             .map(|w| SandboxPath::parse(w).map_err(|e| Error::invalid("workdir", e.to_string())))
             .transpose()?;
         let sandbox = self.running_sandbox(principal, id).await?;
-        let timeout = self.exec_deadline(command.timeout)?;
+        let timeout = self
+            .exec_deadline(&sandbox.owner_id, command.timeout)
+            .await?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
         let argv = match command.args {
             Some(args) => std::iter::once(command.command).chain(args).collect(),

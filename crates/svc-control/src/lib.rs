@@ -3,6 +3,7 @@
 //! control plane decides visibility and permission, talks to the store and providers, and
 //! publishes events.
 
+mod admission;
 pub mod events;
 mod exec;
 mod files;
@@ -11,6 +12,9 @@ mod plane;
 mod principal;
 mod provider_errors;
 pub mod providers;
+mod queue;
+mod quotas;
+pub mod ratelimit;
 mod reaper;
 mod recover;
 mod retry;
@@ -26,6 +30,7 @@ pub use identity::{Authenticator, Credentials};
 pub use plane::{ControlPlane, ControlPlaneParts};
 pub use principal::{AuthMethod, Principal, DEFAULT_TENANT};
 pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary, Readiness};
+pub use queue::QueueStats;
 pub use recover::RecoveryReport;
 pub use sandboxes::ListSandboxes;
 pub use svc_core::access::{Action, Role};

@@ -34,6 +34,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) authenticator: Authenticator,
     pub(crate) retries: crate::retry::Retries,
+    pub(crate) spawn_queue: Arc<crate::queue::SpawnQueue>,
+    rate_limiter: Arc<crate::ratelimit::RateLimiter>,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -48,6 +50,13 @@ impl ControlPlane {
     /// Builds the control plane; nothing runs until [`ControlPlane::start_background`].
     pub fn new(parts: ControlPlaneParts) -> Self {
         let events = EventBus::new(parts.config.events.history_size, Arc::clone(&parts.clock));
+        let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::new(&parts.config.rate_limit));
+        let defaults = &parts.config.defaults;
+        let spawn_queue = Arc::new(crate::queue::SpawnQueue::new(
+            defaults.spawn_overflow,
+            defaults.max_spawn_queue,
+            defaults.spawn_queue_timeout,
+        ));
         ControlPlane {
             inner: Arc::new(Inner {
                 config: parts.config,
@@ -57,6 +66,8 @@ impl ControlPlane {
                 clock: parts.clock,
                 authenticator: parts.authenticator,
                 retries: crate::retry::Retries::default(),
+                spawn_queue,
+                rate_limiter,
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -88,6 +99,21 @@ impl ControlPlane {
         &self.inner.events
     }
 
+    /// The spawn queue.
+    pub(crate) fn spawn_queue(&self) -> &Arc<crate::queue::SpawnQueue> {
+        &self.inner.spawn_queue
+    }
+
+    /// The spawn queue's statistics (the queue part of the scheduler object).
+    pub fn queue_stats(&self) -> crate::queue::QueueStats {
+        self.inner.spawn_queue.stats()
+    }
+
+    /// The API rate limiter (inert unless `rate_limit.enabled`).
+    pub fn rate_limiter(&self) -> &crate::ratelimit::RateLimiter {
+        &self.inner.rate_limiter
+    }
+
     /// True when callers must authenticate.
     pub fn auth_enabled(&self) -> bool {
         self.inner.authenticator.is_enabled()
@@ -116,7 +142,17 @@ impl ControlPlane {
     /// Starts the background loops; they stop when [`ControlPlane::shutdown_token`] fires.
     pub fn start_background(&self) -> Vec<JoinHandle<()>> {
         let cancel = self.inner.shutdown.clone();
-        vec![tokio::spawn(crate::reaper::run(self.clone(), cancel))]
+        let mut loops = vec![tokio::spawn(crate::reaper::run(
+            self.clone(),
+            cancel.clone(),
+        ))];
+        if self.inner.rate_limiter.enabled() {
+            loops.push(tokio::spawn(crate::ratelimit::run_cleanup(
+                Arc::clone(&self.inner.rate_limiter),
+                cancel,
+            )));
+        }
+        loops
     }
 }
 

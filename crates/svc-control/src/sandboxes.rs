@@ -193,6 +193,7 @@ impl ControlPlane {
         let Some(destroyed) = ended else {
             return Ok(false);
         };
+        self.spawn_queue().capacity_changed();
         self.events().publish(
             Some(&destroyed.id),
             EventPayload::SandboxDestroyed(sandbox_event_data(&destroyed)),
@@ -201,7 +202,8 @@ impl ControlPlane {
         Ok(true)
     }
 
-    /// `POST /sandboxes/{id}/extend`: `expires_at = now + ttl`, within the max TTL from creation.
+    /// `POST /sandboxes/{id}/extend`: `expires_at = now + ttl`, within the owner's effective max
+    /// TTL from creation.
     pub async fn extend_sandbox(
         &self,
         principal: &Principal,
@@ -213,10 +215,8 @@ impl ControlPlane {
         let sandbox = self.running_sandbox(principal, id).await?;
         let ttl = request.ttl.as_std();
         let now = self.clock().now();
-        check_ttl(
-            self.config().defaults.max_ttl,
-            sandbox.lifetime_if_extended(now, ttl),
-        )?;
+        let limits = self.effective_limits(&sandbox.owner_id).await?;
+        check_ttl(limits.max_ttl, sandbox.lifetime_if_extended(now, ttl))?;
         self.store()
             .set_sandbox_expiry(&sandbox.id, add_duration(now, ttl))
             .await?

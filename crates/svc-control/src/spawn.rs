@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use svc_core::access::Action;
-use svc_core::admission::{check_ttl, AdmitOutcome, CapacityLimits};
+use svc_core::admission::Admission;
 use svc_core::clock::add_duration;
 use svc_core::error::echo;
-use svc_core::event::{EventPayload, LimitEventData, SandboxEventData};
+use svc_core::event::{EventPayload, SandboxEventData};
 use svc_core::sandbox::{
     check_env, check_image, check_ttl_positive, size_or_default, Ending, ImageKind, Sandbox,
     SandboxState, SpawnRequest, StateReason,
@@ -31,23 +31,25 @@ use svc_provider::{
     LABEL_TENANT, LABEL_WORKER,
 };
 use svc_store::EndedState;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::principal::DEFAULT_TENANT;
 use crate::provider_errors::classify;
+use crate::queue::Ticket;
 use crate::{ControlPlane, Principal};
 
 /// A spawn with every default applied and every field validated.
-struct SpawnPlan {
-    provider: Arc<dyn Provider>,
+pub(crate) struct SpawnPlan {
+    pub(crate) provider: Arc<dyn Provider>,
     image: String,
     memory_mb: u32,
     vcpus: u32,
-    ttl: Duration,
+    pub(crate) ttl: Duration,
     metadata: BTreeMap<String, String>,
     env: BTreeMap<String, String>,
     network: Option<String>,
-    owner: String,
+    pub(crate) owner: String,
     tenant: String,
     template: Option<String>,
 }
@@ -81,6 +83,7 @@ impl ControlPlane {
     ) -> Result<Sandbox, Error> {
         self.authorize(principal, Action::Spawn)?;
         let plan = self.resolve(principal, request, None).await?;
+        self.ensure_healthy(&plan.provider).await?;
         self.admit_and_create(plan).await
     }
 
@@ -99,24 +102,62 @@ impl ControlPlane {
             ..SpawnRequest::default()
         };
         let plan = self.resolve(principal, spawn, Some(template)).await?;
+        self.ensure_healthy(&plan.provider).await?;
         self.admit_and_create(plan).await
     }
 
+    /// Admission (waiting in the spawn queue when it is on and capacity is full), then the
+    /// runtime. The handler may be dropped at any await (client gone, timeout): while queued,
+    /// that leaves the queue at once; from the admitting write on, the work runs in a task the
+    /// handler does not own (a write handed to the store completes even when its caller is
+    /// gone), and a panic inside surfaces as an internal error with the undo started.
     async fn admit_and_create(&self, plan: SpawnPlan) -> Result<Sandbox, Error> {
-        // The handler may be dropped at any await (client gone, timeout); the task is not. It
-        // starts before the admitting write, since a write already handed to the store
-        // completes even when its caller is gone.
-        // A panic inside surfaces as an internal error; the task's guard has started the undo.
-        self.detached(move |plane| async move {
-            let record = plane.admit_and_record(&plan).await?;
-            plane.create_runtime(plan, record).await
-        })
-        .await
+        let plan = Arc::new(plan);
+        let mut queued: Option<Ticket> = None;
+        loop {
+            let epoch = self.spawn_queue().epoch();
+            let (admitted_tx, mut admitted_rx) = oneshot::channel();
+            let attempt = {
+                let plan = Arc::clone(&plan);
+                self.detached(move |plane| async move {
+                    let record = match plane.admit_and_record(&plan).await? {
+                        Ok(record) => record,
+                        Err(admission) => return Ok(Err(admission)),
+                    };
+                    let _ = admitted_tx.send(());
+                    plane.create_runtime(&plan, record).await.map(Ok)
+                })
+            };
+            tokio::pin!(attempt);
+            // A waiter leaves the queue as soon as it is admitted, not when its runtime is
+            // ready: the baton passes on while the runtime is being made.
+            let outcome = tokio::select! {
+                outcome = &mut attempt => outcome,
+                Ok(()) = &mut admitted_rx => {
+                    self.leave_queue(queued.take(), &plan.owner);
+                    attempt.await
+                }
+            };
+            if admitted_rx.try_recv().is_ok() {
+                self.leave_queue(queued.take(), &plan.owner);
+            }
+            let admission = match outcome? {
+                Ok(sandbox) => return Ok(sandbox),
+                Err(admission) => admission,
+            };
+            match self
+                .wait_for_capacity(&plan, admission, queued.take(), epoch)
+                .await
+            {
+                Ok(ticket) => queued = Some(ticket),
+                Err(err) => return Err(err),
+            }
+        }
     }
 
-    /// Step "resolve": the template, the defaults, and every validation that can answer 400,
-    /// then the provider's health (503). Writes nothing.
-    async fn resolve(
+    /// Step "resolve": the template, the defaults, and every validation that can answer 400.
+    /// Writes nothing.
+    pub(crate) async fn resolve(
         &self,
         principal: &Principal,
         request: SpawnRequest,
@@ -169,7 +210,6 @@ impl ControlPlane {
             .or_else(|| template.as_ref().map(|t| t.provider.clone()));
         let provider = self.spawn_provider(provider_name.as_deref())?;
         check_image_for(&image, image_kind, provider.as_ref())?;
-        self.ensure_healthy(&provider).await?;
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
@@ -223,35 +263,22 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Step "admit and record": the TTL rule, then capacity checked and the `creating` record
-    /// inserted in one store operation. A denial publishes `resource.limit`.
-    async fn admit_and_record(&self, plan: &SpawnPlan) -> Result<Sandbox, Error> {
-        let defaults = &self.config().defaults;
-        let limits = CapacityLimits {
-            max_sandboxes: defaults.max_sandboxes,
-            max_owner_sandboxes: defaults.max_sandboxes_per_owner,
-        };
+    /// Step "admit and record": the owner's quota read, capacity counted, the decision made
+    /// and the `creating` record inserted, in one store operation. `Err` inside is the denial.
+    async fn admit_and_record(
+        &self,
+        plan: &SpawnPlan,
+    ) -> Result<Result<Sandbox, Admission>, Error> {
         let sandbox = self.new_record(plan);
-        let denial = match check_ttl(defaults.max_ttl, plan.ttl) {
-            Err(err) => err,
-            Ok(()) => match self.store().admit_sandbox(&sandbox, limits).await? {
-                AdmitOutcome::Admitted => return Ok(sandbox),
-                AdmitOutcome::Denied(denial) => Error::ResourceLimit {
-                    reason: denial.reason,
-                    message: denial.message(),
-                },
-            },
-        };
-        if let Error::ResourceLimit { reason, .. } = &denial {
-            self.events().publish(
-                None,
-                EventPayload::ResourceLimit(LimitEventData {
-                    reason: *reason,
-                    owner_id: plan.owner.clone(),
-                }),
-            );
-        }
-        Err(denial)
+        let admission = self
+            .store()
+            .admit_sandbox(&sandbox, plan.ttl, self.global_limits())
+            .await?;
+        Ok(if admission.allowed {
+            Ok(sandbox)
+        } else {
+            Err(admission)
+        })
     }
 
     fn new_record(&self, plan: &SpawnPlan) -> Sandbox {
@@ -281,7 +308,7 @@ impl ControlPlane {
     }
 
     /// Steps "provider spawn", "mark running" and "publish", run in a task of their own.
-    async fn create_runtime(self, plan: SpawnPlan, record: Sandbox) -> Result<Sandbox, Error> {
+    async fn create_runtime(self, plan: &SpawnPlan, record: Sandbox) -> Result<Sandbox, Error> {
         let undo = SpawnUndo {
             plane: self.clone(),
             sandbox: Some(record.clone()),
@@ -444,6 +471,7 @@ impl ControlPlane {
             .await
         {
             Ok(Some(ended)) => {
+                self.spawn_queue().capacity_changed();
                 let mut data = sandbox_event_data(&ended);
                 data.error = Some(message.to_owned());
                 self.events()

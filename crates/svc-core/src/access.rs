@@ -96,6 +96,8 @@ pub enum Action {
     ReadPool,
     /// Subscribe to events.
     ReadEvents,
+    /// List or get owner quotas, their summary and usage.
+    ReadQuotas,
     /// Spawn a sandbox (directly or from a template).
     Spawn,
     /// Check admission without spawning.
@@ -133,7 +135,8 @@ impl Action {
             | Action::ReadProviders
             | Action::ReadSnapshots
             | Action::ReadPool
-            | Action::ReadEvents => RouteGroup::Read,
+            | Action::ReadEvents
+            | Action::ReadQuotas => RouteGroup::Read,
             Action::Spawn
             | Action::CheckAdmission
             | Action::Destroy
@@ -158,6 +161,7 @@ impl Action {
             Action::ReadSnapshots => "read snapshots",
             Action::ReadPool => "read the pool status",
             Action::ReadEvents => "read events",
+            Action::ReadQuotas => "read quotas",
             Action::Spawn => "spawn sandboxes",
             Action::CheckAdmission => "check spawn admission",
             Action::Destroy => "destroy sandboxes",

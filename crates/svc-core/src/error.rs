@@ -73,6 +73,8 @@ pub enum Resource {
     File,
     /// A lease on a resource.
     Lease,
+    /// An owner quota.
+    Quota,
 }
 
 impl fmt::Display for Resource {
@@ -84,6 +86,7 @@ impl fmt::Display for Resource {
             Resource::Route => "route",
             Resource::File => "file",
             Resource::Lease => "lease",
+            Resource::Quota => "quota of owner",
         })
     }
 }
@@ -100,6 +103,8 @@ pub enum LimitReason {
     MaxOwnerSandboxes,
     /// Exec timeout over the effective maximum.
     MaxExecTimeout,
+    /// The API rate limit of the caller's bucket.
+    RateLimit,
 }
 
 impl LimitReason {
@@ -110,6 +115,7 @@ impl LimitReason {
             LimitReason::MaxSandboxes => "max_sandboxes",
             LimitReason::MaxOwnerSandboxes => "max_owner_sandboxes",
             LimitReason::MaxExecTimeout => "max_exec_timeout",
+            LimitReason::RateLimit => "rate_limit",
         }
     }
 }

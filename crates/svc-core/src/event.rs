@@ -257,6 +257,23 @@ pub struct FailureEventData {
     pub error: String,
 }
 
+/// `data` of `spawn.*` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpawnQueueEventData {
+    /// The waiting spawn's owner; empty when anonymous.
+    pub owner_id: String,
+    /// How long it waited (Go duration string); absent on `spawn.queued`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
+}
+
+/// `data` of `quota.*` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuotaEventData {
+    /// The owner whose quota changed.
+    pub owner_id: String,
+}
+
 /// An event to publish: its type and its typed data, which decide each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventPayload {
@@ -286,6 +303,16 @@ pub enum EventPayload {
     ProviderFailed(FailureEventData),
     /// `resource.limit`.
     ResourceLimit(LimitEventData),
+    /// `spawn.queued`.
+    SpawnQueued(SpawnQueueEventData),
+    /// `spawn.dequeued`.
+    SpawnDequeued(SpawnQueueEventData),
+    /// `spawn.queue_timeout`.
+    SpawnQueueTimeout(SpawnQueueEventData),
+    /// `quota.saved`.
+    QuotaSaved(QuotaEventData),
+    /// `quota.deleted`.
+    QuotaDeleted(QuotaEventData),
 }
 
 impl EventPayload {
@@ -305,6 +332,11 @@ impl EventPayload {
             EventPayload::OperationFailed(_) => EventType::OperationFailed,
             EventPayload::ProviderFailed(_) => EventType::ProviderFailed,
             EventPayload::ResourceLimit(_) => EventType::ResourceLimit,
+            EventPayload::SpawnQueued(_) => EventType::SpawnQueued,
+            EventPayload::SpawnDequeued(_) => EventType::SpawnDequeued,
+            EventPayload::SpawnQueueTimeout(_) => EventType::SpawnQueueTimeout,
+            EventPayload::QuotaSaved(_) => EventType::QuotaSaved,
+            EventPayload::QuotaDeleted(_) => EventType::QuotaDeleted,
         }
     }
 
@@ -324,6 +356,10 @@ impl EventPayload {
                 serde_json::to_value(d)
             }
             EventPayload::ResourceLimit(d) => serde_json::to_value(d),
+            EventPayload::SpawnQueued(d)
+            | EventPayload::SpawnDequeued(d)
+            | EventPayload::SpawnQueueTimeout(d) => serde_json::to_value(d),
+            EventPayload::QuotaSaved(d) | EventPayload::QuotaDeleted(d) => serde_json::to_value(d),
         };
         match value {
             Ok(serde_json::Value::Object(map)) => map,

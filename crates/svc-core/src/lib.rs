@@ -15,6 +15,7 @@ pub mod glob;
 pub mod id;
 pub mod owner;
 pub mod path;
+pub mod quota;
 pub mod sandbox;
 pub mod template;
 

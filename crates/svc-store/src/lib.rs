@@ -9,7 +9,8 @@ pub mod sqlite;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use svc_core::admission::{AdmitOutcome, CapacityLimits};
+use svc_core::admission::Admission;
+use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::{SandboxId, Timestamp};
@@ -51,15 +52,26 @@ pub trait Store: Send + Sync + 'static {
     /// Saves a new sandbox as it is. An existing ID is a [`StoreError::Conflict`].
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()>;
 
-    /// Admission and record in one write transaction: counts the sandboxes holding a runtime
-    /// (`creating`, `running`), globally and for the sandbox's owner, checks them against
-    /// `limits`, and inserts `sandbox` (in state `creating`) only when they allow it. Concurrent
-    /// calls are serialised, so they never admit past a limit.
+    /// Admission and record in one write transaction: reads the owner's quota, counts the
+    /// sandboxes holding a runtime (`creating`, `running`) as the limits need, decides
+    /// (decisions §10 order) and inserts `sandbox` (in state `creating`) only when allowed.
+    /// Concurrent calls are serialised, so they never admit past a limit. The decision's counts
+    /// are those the limits compare against (others read 0).
     async fn admit_sandbox(
         &self,
         sandbox: &Sandbox,
-        limits: CapacityLimits,
-    ) -> StoreResult<AdmitOutcome>;
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission>;
+
+    /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`,
+    /// with every count filled in; writes nothing.
+    async fn check_admission(
+        &self,
+        owner_id: &str,
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission>;
 
     /// Moves a `creating` sandbox to `running`. Returns the updated record, or `None` when it
     /// is not (or no longer) `creating`.
@@ -118,6 +130,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes a template; false when there was none.
     async fn delete_template(&self, name: &str) -> StoreResult<bool>;
+
+    /// Saves the quota of `owner_id` (created or replaced; `created_at` kept on replace).
+    async fn put_quota(
+        &self,
+        owner_id: &str,
+        limits: QuotaLimits,
+        at: Timestamp,
+    ) -> StoreResult<OwnerQuota>;
+
+    /// One owner's quota.
+    async fn get_quota(&self, owner_id: &str) -> StoreResult<Option<OwnerQuota>>;
+
+    /// Every quota, by owner ID.
+    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>>;
+
+    /// Deletes one owner's quota; false when there was none.
+    async fn delete_quota(&self, owner_id: &str) -> StoreResult<bool>;
+
+    /// Counts of quotas, by which limits they set.
+    async fn quota_summary(&self) -> StoreResult<QuotaSummary>;
 
     /// Flushes and releases connections; later calls fail.
     async fn close(&self);

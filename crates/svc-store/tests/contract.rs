@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use svc_core::admission::{AdmitOutcome, CapacityLimits};
 use svc_core::clock::add_duration;
 use svc_core::error::LimitReason;
+use svc_core::quota::{GlobalLimits, QuotaLimits};
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
 use svc_core::{GoDuration, SandboxId, Timestamp};
@@ -334,48 +334,59 @@ fn creating(owner: &str, created: Timestamp) -> Sandbox {
     }
 }
 
+fn capacity(max_sandboxes: u64, per_owner: u64) -> GlobalLimits {
+    GlobalLimits {
+        max_sandboxes,
+        max_sandboxes_per_owner: per_owner,
+        max_ttl: GoDuration::from_secs(3600),
+        max_exec_timeout: GoDuration::ZERO,
+    }
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
 async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
-    let limits = CapacityLimits {
-        max_sandboxes: 3,
-        max_owner_sandboxes: 2,
-    };
+    let limits = capacity(3, 2);
     let a1 = creating("alice", at(1));
-    assert_eq!(
-        store.admit_sandbox(&a1, limits).await.unwrap(),
-        AdmitOutcome::Admitted
-    );
+    let admitted = store.admit_sandbox(&a1, MINUTE, limits).await.unwrap();
+    assert!(admitted.allowed, "{admitted:?}");
     assert_eq!(
         store.get_sandbox(&a1.id).await.unwrap().unwrap().state,
         SandboxState::Creating,
         "recorded as creating"
     );
     let a2 = creating("alice", at(2));
-    store.admit_sandbox(&a2, limits).await.unwrap();
+    assert!(
+        store
+            .admit_sandbox(&a2, MINUTE, limits)
+            .await
+            .unwrap()
+            .allowed
+    );
     let a3 = creating("alice", at(3));
-    match store.admit_sandbox(&a3, limits).await.unwrap() {
-        AdmitOutcome::Denied(denial) => {
-            assert_eq!(denial.reason, LimitReason::MaxOwnerSandboxes);
-            assert_eq!((denial.active, denial.limit), (2, 2));
-        }
-        other => panic!("expected the owner limit, got {other:?}"),
-    }
+    let denied = store.admit_sandbox(&a3, MINUTE, limits).await.unwrap();
+    assert_eq!(denied.reason, Some(LimitReason::MaxOwnerSandboxes));
+    assert_eq!(
+        (denied.active_owner_sandboxes, denied.max_owner_sandboxes),
+        (2, 2)
+    );
     assert_eq!(
         store.get_sandbox(&a3.id).await.unwrap(),
         None,
         "nothing written"
     );
-    store
-        .admit_sandbox(&creating("", at(4)), limits)
+    assert!(
+        store
+            .admit_sandbox(&creating("", at(4)), MINUTE, limits)
+            .await
+            .unwrap()
+            .allowed
+    );
+    let full = store
+        .admit_sandbox(&creating("bob", at(5)), MINUTE, limits)
         .await
         .unwrap();
-    match store
-        .admit_sandbox(&creating("bob", at(5)), limits)
-        .await
-        .unwrap()
-    {
-        AdmitOutcome::Denied(denial) => assert_eq!(denial.reason, LimitReason::MaxSandboxes),
-        other => panic!("expected the global limit, got {other:?}"),
-    }
+    assert_eq!(full.reason, Some(LimitReason::MaxSandboxes));
     // Ended sandboxes free capacity; creating ones hold it like running ones.
     let running = store.mark_sandbox_running(&a1.id).await.unwrap().unwrap();
     assert_eq!(running.state, SandboxState::Running);
@@ -391,32 +402,131 @@ async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
         .unwrap()
         .unwrap();
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 2);
-    assert_eq!(
+    assert!(
         store
-            .admit_sandbox(&creating("bob", at(7)), limits)
+            .admit_sandbox(&creating("bob", at(7)), MINUTE, limits)
             .await
-            .unwrap(),
-        AdmitOutcome::Admitted
+            .unwrap()
+            .allowed
     );
     let err = store
-        .admit_sandbox(&a1, CapacityLimits::default())
+        .admit_sandbox(&a1, MINUTE, capacity(0, 0))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
 }
 
-async fn concurrent_admission_never_over_admits(store: &dyn Store) {
-    let limits = CapacityLimits {
-        max_sandboxes: 5,
-        max_owner_sandboxes: 0,
+async fn admission_applies_owner_quotas_in_order(store: &dyn Store) {
+    let limits = capacity(10, 1);
+    let quota = QuotaLimits {
+        max_sandboxes: 2,
+        max_ttl: GoDuration::from_secs(120),
+        max_exec_timeout: GoDuration::ZERO,
     };
+    store.put_quota("carol", quota, at(0)).await.unwrap();
+    // TTL first: the quota's 2m replaces the global 1h, and a TTL denial wins over capacity.
+    let too_long = store
+        .check_admission("carol", Duration::from_secs(121), limits)
+        .await
+        .unwrap();
+    assert_eq!(too_long.reason, Some(LimitReason::MaxTtl));
+    assert_eq!(too_long.max_ttl, GoDuration::from_secs(120));
+    for i in 0..2 {
+        assert!(
+            store
+                .admit_sandbox(&creating("carol", at(i)), MINUTE, limits)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    let check = store
+        .check_admission("carol", MINUTE, limits)
+        .await
+        .unwrap();
+    assert_eq!(check.reason, Some(LimitReason::MaxOwnerSandboxes));
+    assert_eq!(
+        (
+            check.active_sandboxes,
+            check.max_sandboxes,
+            check.active_owner_sandboxes,
+            check.max_owner_sandboxes
+        ),
+        (2, 10, 2, 2),
+        "every count is reported"
+    );
+    // Without the quota the global per-owner limit (1) applies again.
+    assert!(store.delete_quota("carol").await.unwrap());
+    let global = store
+        .check_admission("carol", MINUTE, limits)
+        .await
+        .unwrap();
+    assert_eq!(global.max_owner_sandboxes, 1);
+    assert_eq!(global.max_ttl, GoDuration::from_secs(3600));
+    let anonymous = store.check_admission("", MINUTE, limits).await.unwrap();
+    assert!(anonymous.allowed, "{anonymous:?}");
+    assert_eq!(anonymous.active_owner_sandboxes, 0);
+    assert_eq!(anonymous.active_sandboxes, 2);
+}
+
+async fn quota_crud(store: &dyn Store) {
+    assert_eq!(store.get_quota("dave").await.unwrap(), None);
+    assert!(!store.delete_quota("dave").await.unwrap());
+    let first = QuotaLimits {
+        max_sandboxes: 3,
+        max_ttl: GoDuration::ZERO,
+        max_exec_timeout: GoDuration::from_secs(30),
+    };
+    let saved = store.put_quota("dave", first, at(1)).await.unwrap();
+    assert_eq!(saved.owner_id, "dave");
+    assert_eq!(saved.limits(), first);
+    assert_eq!((saved.created_at, saved.updated_at), (at(1), at(1)));
+    let second = QuotaLimits {
+        max_sandboxes: 0,
+        max_ttl: GoDuration::from_secs(7200),
+        max_exec_timeout: GoDuration::ZERO,
+    };
+    let replaced = store.put_quota("dave", second, at(5)).await.unwrap();
+    assert_eq!(replaced.limits(), second);
+    assert_eq!(
+        (replaced.created_at, replaced.updated_at),
+        (at(1), at(5)),
+        "created_at kept"
+    );
+    assert_eq!(store.get_quota("dave").await.unwrap(), Some(replaced));
+    store.put_quota("erin", first, at(2)).await.unwrap();
+    let listed: Vec<String> = store
+        .list_quotas()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.owner_id)
+        .collect();
+    assert_eq!(listed, ["dave", "erin"]);
+    let summary = store.quota_summary().await.unwrap();
+    assert_eq!(
+        (
+            summary.total,
+            summary.with_max_sandboxes,
+            summary.with_max_ttl,
+            summary.with_max_exec_timeout
+        ),
+        (2, 1, 1, 1)
+    );
+    assert!(store.delete_quota("dave").await.unwrap());
+    assert_eq!(store.get_quota("dave").await.unwrap(), None);
+    assert_eq!(store.quota_summary().await.unwrap().total, 1);
+}
+
+async fn concurrent_admission_never_over_admits(store: &dyn Store) {
     let candidates: Vec<_> = (0..40).map(|i| creating("x", at(i))).collect();
-    let outcomes =
-        futures_join_all(candidates.iter().map(|sb| store.admit_sandbox(sb, limits))).await;
-    let admitted = outcomes
-        .iter()
-        .filter(|o| **o == AdmitOutcome::Admitted)
-        .count();
+    let outcomes = futures_join_all(
+        candidates
+            .iter()
+            .map(|sb| store.admit_sandbox(sb, MINUTE, capacity(5, 0))),
+    )
+    .await;
+    let admitted = outcomes.iter().filter(|o| o.allowed).count();
     assert_eq!(admitted, 5);
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 5);
 }
@@ -498,6 +608,8 @@ macro_rules! all_cases {
                 concurrent_writes_are_all_kept,
                 admission_counts_and_records_in_one_write,
                 concurrent_admission_never_over_admits,
+                admission_applies_owner_quotas_in_order,
+                quota_crud,
                 worker_and_state_filters,
                 ping_answers,
             );

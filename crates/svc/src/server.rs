@@ -128,6 +128,8 @@ async fn run(
             tracing::debug!(error = %err, "setting TCP_NODELAY failed");
         }
     });
+    // The client address keys rate-limit buckets in `ip` mode (and as the last fallback).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.cancelled().await;
     });

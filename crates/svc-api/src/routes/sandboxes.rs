@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use svc_control::{ControlPlane, ListSandboxes};
+use svc_core::admission::Admission;
 use svc_core::sandbox::{ExtendRequest, Sandbox, SpawnRequest};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -39,7 +40,7 @@ struct PruneBody {
     responses(
         (status = 201, description = "Running sandbox", body = Sandbox),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 429, description = "Quota or capacity exceeded", body = ErrorBody),
+        (status = 429, description = "Quota or capacity exceeded, or the spawn queue timed out", body = ErrorBody),
         (status = 500, description = "Provider failed", body = ErrorBody),
         (status = 503, description = "Provider unavailable", body = ErrorBody)))]
 async fn spawn(
@@ -49,6 +50,22 @@ async fn spawn(
 ) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
     let sandbox = plane.spawn_sandbox(&principal, request).await?;
     Ok((StatusCode::CREATED, Json(sandbox)))
+}
+
+/// The admission decision a spawn with this body would get now; creates nothing. A denial is
+/// a 200 with `allowed: false` and a `reason`.
+#[utoipa::path(post, path = "/sandboxes/admission", tag = "sandboxes",
+    request_body = SpawnRequest,
+    params(("X-User-ID" = Option<String>, Header, description = "Owner; overrides owner_id")),
+    responses(
+        (status = 200, description = "The decision", body = Admission),
+        (status = 400, description = "Invalid request", body = ErrorBody)))]
+async fn admission(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    ApiJson(request): ApiJson<SpawnRequest>,
+) -> Result<Json<Admission>, ApiError> {
+    Ok(Json(plane.check_admission(&principal, request).await?))
 }
 
 /// Lists sandboxes, newest first.
@@ -132,4 +149,5 @@ pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
         .routes(routes!(spawn, list, prune))
         .routes(routes!(get, destroy))
         .routes(routes!(extend))
+        .routes(routes!(admission))
 }

@@ -12,8 +12,9 @@ use svc_control::{
     Authenticator, ControlPlane, ControlPlaneParts, EventFilter, Principal, ProviderRegistry,
     Subscription,
 };
-use svc_core::admission::{AdmitOutcome, CapacityLimits};
+use svc_core::admission::Admission;
 use svc_core::config::Config;
+use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::{Capability, ManualClock, SandboxId, Timestamp};
@@ -188,21 +189,30 @@ impl Store for FaultyStore {
     async fn admit_sandbox(
         &self,
         sandbox: &Sandbox,
-        limits: CapacityLimits,
-    ) -> StoreResult<AdmitOutcome> {
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission> {
         self.write("admit_sandbox")?;
         let delay = *self.admit_delay.lock().unwrap();
         let Some(delay) = delay else {
-            return self.inner.admit_sandbox(sandbox, limits).await;
+            return self.inner.admit_sandbox(sandbox, lifetime, limits).await;
         };
         let inner = Arc::clone(&self.inner);
         let sandbox = sandbox.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            inner.admit_sandbox(&sandbox, limits).await
+            inner.admit_sandbox(&sandbox, lifetime, limits).await
         })
         .await
         .unwrap()
+    }
+    async fn check_admission(
+        &self,
+        owner_id: &str,
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission> {
+        self.inner.check_admission(owner_id, lifetime, limits).await
     }
     async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
         self.write("mark_sandbox_running")?;
@@ -262,6 +272,28 @@ impl Store for FaultyStore {
     async fn delete_template(&self, name: &str) -> StoreResult<bool> {
         self.write("delete_template")?;
         self.inner.delete_template(name).await
+    }
+    async fn put_quota(
+        &self,
+        owner_id: &str,
+        limits: QuotaLimits,
+        at: Timestamp,
+    ) -> StoreResult<OwnerQuota> {
+        self.write("put_quota")?;
+        self.inner.put_quota(owner_id, limits, at).await
+    }
+    async fn get_quota(&self, owner_id: &str) -> StoreResult<Option<OwnerQuota>> {
+        self.inner.get_quota(owner_id).await
+    }
+    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>> {
+        self.inner.list_quotas().await
+    }
+    async fn delete_quota(&self, owner_id: &str) -> StoreResult<bool> {
+        self.write("delete_quota")?;
+        self.inner.delete_quota(owner_id).await
+    }
+    async fn quota_summary(&self) -> StoreResult<QuotaSummary> {
+        self.inner.quota_summary().await
     }
     async fn close(&self) {
         self.inner.close().await;

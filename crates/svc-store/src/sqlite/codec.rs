@@ -26,7 +26,7 @@ pub(super) fn micros(at: Timestamp) -> i64 {
     at.timestamp_micros()
 }
 
-fn timestamp(entity: &'static str, key: &str, value: i64) -> StoreResult<Timestamp> {
+pub(super) fn timestamp(entity: &'static str, key: &str, value: i64) -> StoreResult<Timestamp> {
     DateTime::from_timestamp_micros(value).ok_or_else(|| StoreError::Corrupt {
         entity,
         key: key.to_owned(),

@@ -16,6 +16,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         2,
         include_str!("../../migrations/sqlite/0002_sandbox_lifecycle.sql"),
     ),
+    (
+        3,
+        include_str!("../../migrations/sqlite/0003_owner_quotas.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

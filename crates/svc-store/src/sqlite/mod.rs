@@ -4,6 +4,7 @@
 mod codec;
 mod connections;
 mod migrate;
+mod quotas;
 
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
-use svc_core::admission::{AdmitOutcome, CapacityLimits};
+use svc_core::admission::Admission;
+use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::{SandboxId, Timestamp};
@@ -127,21 +129,6 @@ fn decoded(row: StoreResult<Option<codec::SandboxRow>>) -> StoreResult<Option<Sa
     row?.map(codec::SandboxRow::into_domain).transpose()
 }
 
-fn count_holding(
-    conn: &rusqlite::Connection,
-    operation: &'static str,
-    owner_id: Option<&str>,
-) -> StoreResult<u64> {
-    let count: i64 = conn
-        .prepare_cached(
-            "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running') \
-             AND (?1 IS NULL OR owner_id = ?1)",
-        )
-        .and_then(|mut stmt| stmt.query_row([owner_id], |row| row.get(0)))
-        .map_err(codec::backend(operation))?;
-    Ok(u64::try_from(count).unwrap_or(0))
-}
-
 /// Decodes every row of a query into its domain value.
 fn collect<R, T>(
     operation: &'static str,
@@ -188,44 +175,46 @@ impl Store for SqliteStore {
     async fn admit_sandbox(
         &self,
         sandbox: &Sandbox,
-        limits: CapacityLimits,
-    ) -> StoreResult<AdmitOutcome> {
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission> {
         const OP: &str = "admit_sandbox";
         let row = codec::SandboxRow::from_domain(sandbox)?;
-        let owner = (!sandbox.owner_id.is_empty()).then(|| sandbox.owner_id.clone());
+        let owner = sandbox.owner_id.clone();
         self.connections
             .write(OP, move |conn| {
-                if limits.unlimited() {
-                    // Nothing to count: one statement is atomic by itself.
-                    conn.prepare_cached(&INSERT_SANDBOX)
-                        .and_then(|mut stmt| stmt.execute(row.params()))
-                        .map_err(codec::conflict_or_backend(OP, "sandbox", &row.id))?;
-                    return Ok(AdmitOutcome::Admitted);
-                }
-                // IMMEDIATE takes the write lock before counting, so no other writer (another
-                // process on the same file included) can insert between count and insert.
+                // IMMEDIATE takes the write lock before reading the quota and counting, so no
+                // other writer (another process on the same file included) can insert or
+                // change a quota between the decision and the insert.
                 let tx = conn
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(codec::backend(OP))?;
-                let active = if limits.max_sandboxes > 0 {
-                    count_holding(&tx, OP, None)?
-                } else {
-                    0
-                };
-                let owner_active = match &owner {
-                    Some(owner) if limits.max_owner_sandboxes > 0 => {
-                        Some(count_holding(&tx, OP, Some(owner))?)
-                    }
-                    _ => None,
-                };
-                if let Err(denial) = limits.check(active, owner_active) {
-                    return Ok(AdmitOutcome::Denied(denial));
+                let admission = quotas::decide(&tx, OP, &owner, lifetime, limits, false)?;
+                if !admission.allowed {
+                    return Ok(admission);
                 }
                 tx.prepare_cached(&INSERT_SANDBOX)
                     .and_then(|mut stmt| stmt.execute(row.params()))
                     .map_err(codec::conflict_or_backend(OP, "sandbox", &row.id))?;
                 tx.commit().map_err(codec::backend(OP))?;
-                Ok(AdmitOutcome::Admitted)
+                Ok(admission)
+            })
+            .await
+    }
+
+    async fn check_admission(
+        &self,
+        owner_id: &str,
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission> {
+        const OP: &str = "check_admission";
+        let owner = owner_id.to_owned();
+        self.connections
+            .read(OP, move |conn| {
+                // One read transaction: the quota and both counts from the same snapshot.
+                let tx = conn.unchecked_transaction().map_err(codec::backend(OP))?;
+                quotas::decide(&tx, OP, &owner, lifetime, limits, true)
             })
             .await
     }
@@ -323,7 +312,7 @@ impl Store for SqliteStore {
         let owner_id = owner_id.map(str::to_owned);
         self.connections
             .read("count_active_sandboxes", move |conn| {
-                count_holding(conn, "count_active_sandboxes", owner_id.as_deref())
+                quotas::count_holding(conn, "count_active_sandboxes", owner_id.as_deref())
             })
             .await
     }
@@ -473,6 +462,69 @@ impl Store for SqliteStore {
                     .map_err(codec::backend("delete_template"))?;
                 Ok(deleted > 0)
             })
+            .await
+    }
+
+    async fn put_quota(
+        &self,
+        owner_id: &str,
+        limits: QuotaLimits,
+        at: Timestamp,
+    ) -> StoreResult<OwnerQuota> {
+        let owner = owner_id.to_owned();
+        self.connections
+            .write("put_quota", move |conn| {
+                quotas::put(conn, &owner, limits, at)
+            })
+            .await?
+            .into_domain()
+    }
+
+    async fn get_quota(&self, owner_id: &str) -> StoreResult<Option<OwnerQuota>> {
+        let owner = owner_id.to_owned();
+        self.connections
+            .read("get_quota", move |conn| {
+                quotas::get(conn, "get_quota", &owner)
+            })
+            .await?
+            .map(quotas::QuotaRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>> {
+        const OP: &str = "list_quotas";
+        self.connections
+            .read(OP, move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {} FROM owner_quotas ORDER BY owner_id",
+                        quotas::QUOTA_COLUMNS
+                    ))
+                    .map_err(codec::backend(OP))?;
+                let rows = stmt
+                    .query_map([], quotas::QuotaRow::read)
+                    .map_err(codec::backend(OP))?;
+                collect(OP, rows, quotas::QuotaRow::into_domain)
+            })
+            .await
+    }
+
+    async fn delete_quota(&self, owner_id: &str) -> StoreResult<bool> {
+        let owner = owner_id.to_owned();
+        self.connections
+            .write("delete_quota", move |conn| {
+                let deleted = conn
+                    .prepare_cached("DELETE FROM owner_quotas WHERE owner_id = ?1")
+                    .and_then(|mut stmt| stmt.execute([&owner]))
+                    .map_err(codec::backend("delete_quota"))?;
+                Ok(deleted > 0)
+            })
+            .await
+    }
+
+    async fn quota_summary(&self) -> StoreResult<QuotaSummary> {
+        self.connections
+            .read("quota_summary", quotas::summary)
             .await
     }
 

@@ -122,7 +122,7 @@ async fn capacity_limits_deny_spawns() {
         .post("/sandboxes", json!({"owner_id": "alice"}))
         .await
         .assert_error(429, "resource_limit");
-    assert!(message.contains("max_sandboxes_per_owner"), "{message}");
+    assert!(message.contains("max_owner_sandboxes"), "{message}");
     server.spawn(json!({"owner_id": "bob"})).await;
     let message = server
         .post("/sandboxes", json!({"owner_id": "carol"}))

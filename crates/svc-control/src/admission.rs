@@ -1,0 +1,138 @@
+//! Spawn admission beyond the store's decision (decisions §10): the admission check endpoint,
+//! what a denied spawn does (wait in the spawn queue or fail with 429 `resource_limit`), and
+//! the events of both.
+
+use svc_core::access::Action;
+use svc_core::admission::Admission;
+use svc_core::error::LimitReason;
+use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
+use svc_core::sandbox::SpawnRequest;
+use svc_core::{Error, GoDuration};
+
+use crate::queue::{Ticket, Woken};
+use crate::spawn::SpawnPlan;
+use crate::{ControlPlane, Principal};
+
+impl ControlPlane {
+    /// `POST /sandboxes/admission`: the decision a spawn with this body would get now. Validates
+    /// like a spawn (400s) and creates nothing.
+    pub async fn check_admission(
+        &self,
+        principal: &Principal,
+        request: SpawnRequest,
+    ) -> Result<Admission, Error> {
+        self.authorize(principal, Action::CheckAdmission)?;
+        let plan = self.resolve(principal, request, None).await?;
+        let mut admission = self
+            .store()
+            .check_admission(&plan.owner, plan.ttl, self.global_limits())
+            .await?;
+        admission.queueable = admission.capacity_denied() && self.spawn_queue().has_room();
+        Ok(admission)
+    }
+
+    /// A spawn was refused: in `queue` mode a capacity denial waits for capacity (joining the
+    /// queue, or keeping its place); anything else fails now. Returns the ticket to retry with.
+    pub(crate) async fn wait_for_capacity(
+        &self,
+        plan: &SpawnPlan,
+        admission: Admission,
+        queued: Option<Ticket>,
+        seen_epoch: u64,
+    ) -> Result<Ticket, Error> {
+        let denial = admission
+            .error(plan.ttl)
+            .unwrap_or_else(|| Error::internal("admitting a spawn", "refused without a reason"));
+        let queue = self.spawn_queue();
+        if !admission.capacity_denied() || !queue.enabled() {
+            self.publish_limit(&denial, &plan.owner);
+            return Err(denial);
+        }
+        let ticket = match queued {
+            Some(ticket) => {
+                if admission.reason == Some(LimitReason::MaxOwnerSandboxes) {
+                    // This owner is at its own limit; another owner behind may fit.
+                    ticket.pass_on();
+                }
+                ticket
+            }
+            None => match queue.join(seen_epoch) {
+                Ok(ticket) => {
+                    self.publish_queue(EventPayload::SpawnQueued, &plan.owner, None);
+                    ticket
+                }
+                Err(full) => {
+                    let denial = with_message(denial, |m| {
+                        format!(
+                            "{m}; the spawn queue is full ({} waiting, max_spawn_queue)",
+                            full.max
+                        )
+                    });
+                    self.publish_limit(&denial, &plan.owner);
+                    return Err(denial);
+                }
+            },
+        };
+        match ticket.wait().await {
+            Woken::Retry => Ok(ticket),
+            Woken::TimedOut => {
+                let waited = ticket.timed_out();
+                self.publish_queue(EventPayload::SpawnQueueTimeout, &plan.owner, Some(waited));
+                Err(with_message(denial, |m| {
+                    format!(
+                        "no capacity within {} in the spawn queue (spawn_queue_timeout): {m}",
+                        queue.timeout()
+                    )
+                }))
+            }
+        }
+    }
+
+    /// A queued spawn was admitted: leaves the queue, records the wait, publishes
+    /// `spawn.dequeued`.
+    pub(crate) fn leave_queue(&self, ticket: Option<Ticket>, owner: &str) {
+        if let Some(ticket) = ticket {
+            let waited = ticket.dequeued();
+            self.publish_queue(EventPayload::SpawnDequeued, owner, Some(waited));
+        }
+    }
+
+    fn publish_queue(
+        &self,
+        payload: fn(SpawnQueueEventData) -> EventPayload,
+        owner: &str,
+        waited: Option<std::time::Duration>,
+    ) {
+        self.events().publish(
+            None,
+            payload(SpawnQueueEventData {
+                owner_id: owner.to_owned(),
+                wait: waited.map(|w| GoDuration::new(w).to_string()),
+            }),
+        );
+    }
+
+    /// `resource.limit` for a limit error.
+    pub(crate) fn publish_limit(&self, error: &Error, owner: &str) {
+        if let Error::ResourceLimit { reason, .. } = error {
+            self.events().publish(
+                None,
+                EventPayload::ResourceLimit(LimitEventData {
+                    reason: *reason,
+                    owner_id: owner.to_owned(),
+                }),
+            );
+        }
+    }
+}
+
+/// The same limit error with its message rewritten.
+fn with_message(error: Error, rewrite: impl FnOnce(&str) -> String) -> Error {
+    match error {
+        Error::ResourceLimit { reason, message } => Error::ResourceLimit {
+            reason,
+            message: rewrite(&message),
+        },
+        other => other,
+    }
+}

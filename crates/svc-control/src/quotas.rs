@@ -1,0 +1,138 @@
+//! Owner quotas (`/quotas...` and the `/admin/quotas...` aliases) and the limits in force for
+//! an owner: its quota's non-zero values, else the global `defaults.*` (decisions §10).
+
+use svc_core::access::Action;
+use svc_core::event::{EventPayload, QuotaEventData};
+use svc_core::quota::{
+    EffectiveLimits, GlobalLimits, OwnerQuota, OwnerUsage, QuotaRequest, QuotaSummary,
+};
+use svc_core::{Error, OwnerId};
+
+use crate::{ControlPlane, Principal};
+
+/// An owner ID from a path: validated like `X-User-ID`, refused by name.
+fn owner_param(owner_id: &str) -> Result<OwnerId, Error> {
+    OwnerId::parse(owner_id).map_err(|e| Error::invalid("ownerID", e.to_string()))
+}
+
+impl ControlPlane {
+    /// The global limits from `defaults.*`.
+    pub(crate) fn global_limits(&self) -> GlobalLimits {
+        let defaults = &self.config().defaults;
+        GlobalLimits {
+            max_sandboxes: defaults.max_sandboxes,
+            max_sandboxes_per_owner: defaults.max_sandboxes_per_owner,
+            max_ttl: defaults.max_ttl,
+            max_exec_timeout: defaults.max_exec_timeout,
+        }
+    }
+
+    /// The limits in force for `owner_id` (empty: anonymous, global only).
+    pub(crate) async fn effective_limits(&self, owner_id: &str) -> Result<EffectiveLimits, Error> {
+        let global = self.global_limits();
+        if owner_id.is_empty() {
+            return Ok(global.effective(None));
+        }
+        let quota = self.store().get_quota(owner_id).await?;
+        Ok(global.effective(quota.map(|q| q.limits()).as_ref()))
+    }
+
+    /// `GET /quotas`.
+    pub async fn list_quotas(&self, principal: &Principal) -> Result<Vec<OwnerQuota>, Error> {
+        self.authorize(principal, Action::ReadQuotas)?;
+        Ok(self.store().list_quotas().await?)
+    }
+
+    /// `GET /quotas/summary`.
+    pub async fn quota_summary(&self, principal: &Principal) -> Result<QuotaSummary, Error> {
+        self.authorize(principal, Action::ReadQuotas)?;
+        Ok(self.store().quota_summary().await?)
+    }
+
+    /// `GET /quotas/{ownerID}`: 404 when the owner has none.
+    pub async fn get_quota(
+        &self,
+        principal: &Principal,
+        owner_id: &str,
+    ) -> Result<OwnerQuota, Error> {
+        self.authorize(principal, Action::ReadQuotas)?;
+        let owner = owner_param(owner_id)?;
+        self.store()
+            .get_quota(owner.as_str())
+            .await?
+            .ok_or_else(|| Error::not_found(svc_core::error::Resource::Quota, owner.as_str()))
+    }
+
+    /// `GET /quotas/{ownerID}/usage`: answers for any owner, with the effective limits.
+    pub async fn quota_usage(
+        &self,
+        principal: &Principal,
+        owner_id: &str,
+    ) -> Result<OwnerUsage, Error> {
+        self.authorize(principal, Action::ReadQuotas)?;
+        let owner = owner_param(owner_id)?;
+        let store = self.store();
+        let (quota, active) = tokio::try_join!(
+            store.get_quota(owner.as_str()),
+            store.count_active_sandboxes(Some(owner.as_str()))
+        )?;
+        let effective = self
+            .global_limits()
+            .effective(quota.as_ref().map(OwnerQuota::limits).as_ref());
+        Ok(OwnerUsage {
+            owner_id: owner.as_str().to_owned(),
+            active_sandboxes: active,
+            max_sandboxes: effective.max_owner_sandboxes,
+            max_ttl: effective.max_ttl,
+            max_exec_timeout: effective.max_exec_timeout,
+            quota_configured: quota.is_some(),
+        })
+    }
+
+    /// `PUT /quotas/{ownerID}`: validates, saves, publishes `quota.saved` and wakes the spawn
+    /// queue (a raised limit may admit a waiter).
+    pub async fn put_quota(
+        &self,
+        principal: &Principal,
+        owner_id: &str,
+        request: QuotaRequest,
+    ) -> Result<OwnerQuota, Error> {
+        self.authorize(principal, Action::WriteQuotas)?;
+        let owner = owner_param(owner_id)?;
+        let limits = request.validate()?;
+        let saved = self
+            .store()
+            .put_quota(owner.as_str(), limits, self.clock().now())
+            .await?;
+        self.events().publish(
+            None,
+            EventPayload::QuotaSaved(QuotaEventData {
+                owner_id: saved.owner_id.clone(),
+            }),
+        );
+        self.spawn_queue().capacity_changed();
+        tracing::info!("owner quota saved");
+        Ok(saved)
+    }
+
+    /// `DELETE /quotas/{ownerID}`: 404 when there was none.
+    pub async fn delete_quota(&self, principal: &Principal, owner_id: &str) -> Result<(), Error> {
+        self.authorize(principal, Action::WriteQuotas)?;
+        let owner = owner_param(owner_id)?;
+        if !self.store().delete_quota(owner.as_str()).await? {
+            return Err(Error::not_found(
+                svc_core::error::Resource::Quota,
+                owner.as_str(),
+            ));
+        }
+        self.events().publish(
+            None,
+            EventPayload::QuotaDeleted(QuotaEventData {
+                owner_id: owner.as_str().to_owned(),
+            }),
+        );
+        self.spawn_queue().capacity_changed();
+        tracing::info!("owner quota deleted");
+        Ok(())
+    }
+}
