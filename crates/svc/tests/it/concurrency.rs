@@ -79,20 +79,21 @@ async fn fifty_parallel_spawns_and_destroys_stay_consistent() {
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_hundred_concurrent_spawns_against_a_capacity_of_five() {
-    let server = std::sync::Arc::new(
-        TestServer::start_with(|c| {
-            c.defaults.max_sandboxes = 5;
-        })
-        .await,
-    );
+/// 200 spawns at once against one limit: exactly `admitted` succeed, the rest are 429 naming
+/// `reason`, and no refusal leaves a record.
+async fn two_hundred_concurrent_spawns(
+    adjust: impl FnOnce(&mut svc_core::config::Config),
+    owner: fn(usize) -> String,
+    admitted: usize,
+    reason: &str,
+) {
+    let server = std::sync::Arc::new(TestServer::start_with(adjust).await);
     let mut events = server.events("?types=resource.limit", None).await;
     let spawns = (0..200).map(|i| {
         let server = std::sync::Arc::clone(&server);
         tokio::spawn(async move {
             server
-                .post("/sandboxes", json!({"owner_id": format!("user{}", i % 7)}))
+                .post("/sandboxes", json!({"owner_id": owner(i)}))
                 .await
         })
     });
@@ -103,22 +104,63 @@ async fn two_hundred_concurrent_spawns_against_a_capacity_of_five() {
         .collect();
     let created = replies.iter().filter(|r| r.status == 201).count();
     let limited: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
-    assert_eq!(created, 5, "exactly the capacity is admitted");
-    assert_eq!(limited.len(), 195, "every other spawn is refused");
+    assert_eq!(
+        created, admitted,
+        "exactly the limit is admitted ({reason})"
+    );
+    assert_eq!(
+        limited.len(),
+        200 - admitted,
+        "every other spawn is refused"
+    );
     for reply in &limited {
         let message = reply.assert_error(429, "resource_limit");
-        assert!(message.contains("max_sandboxes"), "{message}");
+        assert!(message.contains(reason), "{message}");
     }
     assert_eq!(
         server.listed_ids("?state=all").await.len(),
-        5,
+        admitted,
         "no record for a refusal"
     );
     let limit = events
         .next(Duration::from_secs(5))
         .await
         .expect("resource.limit");
-    assert_eq!(limit.data["data"]["reason"], "max_sandboxes");
+    assert_eq!(limit.data["data"]["reason"], reason);
     let server = std::sync::Arc::into_inner(server).expect("no other references");
     server.shutdown().await;
+}
+
+fn seven_owners(i: usize) -> String {
+    format!("user{}", i % 7)
+}
+
+fn one_owner(_: usize) -> String {
+    "solo".to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_spawns_against_a_global_capacity_of_one_and_five() {
+    for limit in [1, 5] {
+        two_hundred_concurrent_spawns(
+            |c| c.defaults.max_sandboxes = limit,
+            seven_owners,
+            usize::try_from(limit).unwrap(),
+            "max_sandboxes",
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_spawns_of_one_owner_against_limits_of_one_and_five() {
+    for limit in [1, 5] {
+        two_hundred_concurrent_spawns(
+            |c| c.defaults.max_sandboxes_per_owner = limit,
+            one_owner,
+            usize::try_from(limit).unwrap(),
+            "max_owner_sandboxes",
+        )
+        .await;
+    }
 }
