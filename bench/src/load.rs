@@ -13,6 +13,9 @@ pub(crate) struct LoadArgs {
     /// Seconds to run.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Spread requests over this many owners (`X-User-ID: owner-N`); 0 sends none.
+    #[arg(long, default_value_t = 0)]
+    owners: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -24,22 +27,40 @@ pub(crate) enum Kind {
     SpawnDestroy,
 }
 
-async fn one(client: &reqwest::Client, base: &str, kind: Kind) -> anyhow::Result<()> {
+/// The `X-User-ID` of request number `n`, when owners are spread.
+fn owner(owners: usize, n: usize) -> Option<String> {
+    (owners > 0).then(|| format!("owner-{}", n % owners))
+}
+
+fn as_owner(request: reqwest::RequestBuilder, owner: Option<&str>) -> reqwest::RequestBuilder {
+    match owner {
+        Some(owner) => request.header("x-user-id", owner),
+        None => request,
+    }
+}
+
+async fn one(
+    client: &reqwest::Client,
+    base: &str,
+    kind: Kind,
+    owner: Option<&str>,
+) -> anyhow::Result<()> {
     match kind {
         Kind::Health | Kind::PoolStatus => {
             let path = match kind {
                 Kind::Health => "health",
                 _ => "pool/status",
             };
-            let response = client.get(format!("{base}/api/v1/{path}")).send().await?;
+            let response = as_owner(client.get(format!("{base}/api/v1/{path}")), owner)
+                .send()
+                .await?;
             if !response.status().is_success() {
                 bail!("{path}: {}", response.status());
             }
             response.bytes().await?;
         }
         Kind::SpawnDestroy => {
-            let response = client
-                .post(format!("{base}/api/v1/sandboxes"))
+            let response = as_owner(client.post(format!("{base}/api/v1/sandboxes")), owner)
                 .header("content-type", "application/json")
                 .body(r#"{"provider":"mock"}"#)
                 .send()
@@ -49,10 +70,12 @@ async fn one(client: &reqwest::Client, base: &str, kind: Kind) -> anyhow::Result
             }
             let body: serde_json::Value = response.json().await?;
             let id = body["id"].as_str().context("spawn response without id")?;
-            let response = client
-                .delete(format!("{base}/api/v1/sandboxes/{id}"))
-                .send()
-                .await?;
+            let response = as_owner(
+                client.delete(format!("{base}/api/v1/sandboxes/{id}")),
+                owner,
+            )
+            .send()
+            .await?;
             if !response.status().is_success() {
                 bail!("destroy: {}", response.status());
             }
@@ -66,21 +89,26 @@ pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Resu
     let client = crate::client_builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
-    one(&client, base, kind)
+    one(&client, base, kind, owner(args.owners, 0).as_deref())
         .await
         .context("warm-up request failed; is svc running?")?;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();
     let workers: Vec<_> = (0..args.concurrency)
-        .map(|_| {
+        .map(|worker| {
             let client = client.clone();
             let base = base.to_owned();
+            let owners = args.owners;
+            let workers = args.concurrency;
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut errors = 0u64;
+                let mut n = worker;
                 while Instant::now() < deadline {
                     let begun = Instant::now();
-                    match one(&client, &base, kind).await {
+                    let owner = owner(owners, n);
+                    n += workers;
+                    match one(&client, &base, kind, owner.as_deref()).await {
                         Ok(()) => latencies
                             .push(u64::try_from(begun.elapsed().as_micros()).unwrap_or(u64::MAX)),
                         Err(_) => errors += 1,

@@ -7,6 +7,7 @@
 
 mod docker;
 mod exec;
+mod governance;
 mod load;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,10 @@ enum Scenario {
     Files(exec::FilesArgs),
     /// The docker provider next to the raw Engine API: spawn-to-first-exec, exec, destroy.
     Docker(docker::DockerArgs),
+    /// Saves a quota for each of N owners (set-up of a governance run).
+    Quotas(governance::QuotaArgs),
+    /// Destroy → queued spawn answered, on a server with max_sandboxes 1 in queue mode.
+    QueueWakeup(governance::WakeupArgs),
 }
 
 #[tokio::main]
@@ -50,6 +55,8 @@ async fn main() -> anyhow::Result<()> {
         Scenario::StreamThroughput(throughput) => exec::throughput(&args.url, &throughput).await,
         Scenario::Files(files) => exec::files(&args.url, &files).await,
         Scenario::Docker(docker) => docker::run(&args.url, &docker).await,
+        Scenario::Quotas(quotas) => governance::save_quotas(&args.url, &quotas).await,
+        Scenario::QueueWakeup(wakeup) => governance::queue_wakeup(&args.url, &wakeup).await,
     }
 }
 

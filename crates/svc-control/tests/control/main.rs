@@ -573,3 +573,83 @@ async fn a_provider_disabled_for_spawns_still_destroys_and_reaps() {
     assert!(states.contains(&Some(StateReason::Pruned)));
     let _ = expiring;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
+    let fx = Fixture::with(|c| {
+        c.defaults.max_sandboxes = 1;
+        c.defaults.spawn_overflow = svc_core::config::SpawnOverflow::Queue;
+        c.defaults.spawn_timeout = svc_core::GoDuration::from_millis(500);
+    })
+    .await;
+    let mut events = fx.events();
+    fx.provider.set_spawn(SpawnFault::Hang);
+    let plane = fx.plane.clone();
+    let admin = fx.admin();
+    let failing = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
+    fx.wait_for_first_record("the hanging spawn's record", SandboxState::Creating)
+        .await;
+    let plane = fx.plane.clone();
+    let admin = fx.admin();
+    let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
+    fx.wait_for("the second spawn to queue", || async {
+        fx.plane.queue_stats().spawn_queue_depth == 1
+    })
+    .await;
+    fx.provider.set_spawn(SpawnFault::None);
+    // The first spawn times out and rolls back; its end wakes the queue.
+    assert!(failing.await.unwrap().is_err());
+    let sandbox = tokio::time::timeout(Duration::from_secs(5), queued)
+        .await
+        .expect("the queued spawn was woken by the rollback")
+        .unwrap()
+        .unwrap();
+    assert_eq!(sandbox.state, SandboxState::Running);
+    let stats = fx.plane.queue_stats();
+    assert_eq!(
+        (
+            stats.spawn_queued_total,
+            stats.spawn_dequeued_total,
+            stats.spawn_queue_wait_count,
+            stats.spawn_queue_depth
+        ),
+        (1, 1, 1, 0)
+    );
+    assert!(stats.spawn_queue_wait_max_ms > 0);
+    let types = drain(&mut events).await;
+    assert!(types.contains(&EventType::SpawnQueued), "{types:?}");
+    assert!(types.contains(&EventType::SpawnDequeued), "{types:?}");
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_while_queued_leaves_the_queue_and_spawns_nothing() {
+    let fx = Fixture::with(|c| {
+        c.defaults.max_sandboxes = 1;
+        c.defaults.spawn_overflow = svc_core::config::SpawnOverflow::Queue;
+    })
+    .await;
+    let holder = fx.spawn().await.unwrap();
+    let plane = fx.plane.clone();
+    let admin = fx.admin();
+    let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
+    fx.wait_for("the spawn to queue", || async {
+        fx.plane.queue_stats().spawn_queue_depth == 1
+    })
+    .await;
+    queued.abort();
+    fx.wait_for("the queue to empty", || async {
+        fx.plane.queue_stats().spawn_queue_depth == 0
+    })
+    .await;
+    fx.plane
+        .destroy_sandbox(&fx.admin(), holder.id.as_str())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        fx.records().await.len(),
+        1,
+        "only the holder was ever recorded"
+    );
+    assert!(fx.runtimes().is_empty());
+}
