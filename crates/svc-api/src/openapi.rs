@@ -77,9 +77,46 @@ impl Modify for ApiKeys {
                         .entry(status.to_owned())
                         .or_insert_with(|| error_response(description));
                 }
+                rate_limited(&mut operation.responses.responses);
             }
         }
     }
+}
+
+/// Every route but the probes may answer 429 for the API rate limit (decisions §10); routes
+/// with limits of their own keep their description, extended.
+fn rate_limited(responses: &mut std::collections::BTreeMap<String, RefOr<Response>>) {
+    const RATE: &str = "the API rate limit (rate_limit.enabled): see Retry-After";
+    let description = match responses.get("429") {
+        Some(RefOr::T(own)) => format!("{}; or {RATE}", own.description),
+        _ => format!("Over {RATE}"),
+    };
+    let header = |description: &str| {
+        utoipa::openapi::HeaderBuilder::new()
+            .schema(
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::Integer),
+            )
+            .description(Some(description))
+            .build()
+    };
+    let response = ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            Content::new(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody")))),
+        )
+        .header(
+            "Retry-After",
+            header("Whole seconds until a request may succeed"),
+        )
+        .header(
+            "X-RateLimit-Limit",
+            header("rate_limit.requests_per_minute"),
+        )
+        .header("X-RateLimit-Remaining", header("Whole tokens left (0)"))
+        .build();
+    responses.insert("429".to_owned(), RefOr::T(response));
 }
 
 fn error_response(description: &str) -> RefOr<Response> {

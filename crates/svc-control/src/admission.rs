@@ -9,11 +9,41 @@ use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
 use svc_core::sandbox::SpawnRequest;
 use svc_core::{Error, GoDuration};
 
-use crate::queue::{Ticket, Woken};
+use crate::queue::{QueueStats, Ticket, Woken};
 use crate::spawn::SpawnPlan;
 use crate::{ControlPlane, Principal};
 
+/// The scheduler object of interface.md (diagnostics and metrics): the spawn queue's state and
+/// statistics, and where admitted spawns run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct SchedulerStats {
+    /// The queue's configuration, depth, counters and wait statistics.
+    #[serde(flatten)]
+    pub queue: QueueStats,
+    /// How admission is decided: `worker_aware_local` (serialised in the store, placed on this
+    /// worker).
+    pub admission_control: &'static str,
+    /// This process's worker.
+    pub worker_id: String,
+    /// The worker admitted spawns are placed on.
+    pub selected_worker_id: String,
+    /// Workers eligible for placement.
+    pub eligible_workers: u64,
+}
+
 impl ControlPlane {
+    /// The scheduler object. Until workers register (issue 10) the one eligible worker is this
+    /// process.
+    pub fn scheduler_stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            queue: self.spawn_queue().stats(),
+            admission_control: "worker_aware_local",
+            worker_id: self.worker_id().to_owned(),
+            selected_worker_id: self.worker_id().to_owned(),
+            eligible_workers: 1,
+        }
+    }
+
     /// `POST /sandboxes/admission`: the decision a spawn with this body would get now. Validates
     /// like a spawn (400s) and creates nothing.
     pub async fn check_admission(

@@ -336,7 +336,8 @@ impl ControlPlane {
         let sandbox = self.running_sandbox(principal, id).await?;
         let timeout = self
             .exec_deadline(&sandbox.owner_id, command.timeout)
-            .await?;
+            .await
+            .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
         let argv = match command.args {
             Some(args) => std::iter::once(command.command).chain(args).collect(),

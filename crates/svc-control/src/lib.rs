@@ -23,6 +23,7 @@ mod spawn;
 mod templates;
 mod utf8;
 
+pub use admission::SchedulerStats;
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
 pub use files::DEFAULT_FILE_MODE;

@@ -104,11 +104,6 @@ impl ControlPlane {
         &self.inner.spawn_queue
     }
 
-    /// The spawn queue's statistics (the queue part of the scheduler object).
-    pub fn queue_stats(&self) -> crate::queue::QueueStats {
-        self.inner.spawn_queue.stats()
-    }
-
     /// The API rate limiter (inert unless `rate_limit.enabled`).
     pub fn rate_limiter(&self) -> &crate::ratelimit::RateLimiter {
         &self.inner.rate_limiter

@@ -216,7 +216,8 @@ impl ControlPlane {
         let ttl = request.ttl.as_std();
         let now = self.clock().now();
         let limits = self.effective_limits(&sandbox.owner_id).await?;
-        check_ttl(limits.max_ttl, sandbox.lifetime_if_extended(now, ttl))?;
+        check_ttl(limits.max_ttl, sandbox.lifetime_if_extended(now, ttl))
+            .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?;
         self.store()
             .set_sandbox_expiry(&sandbox.id, add_duration(now, ttl))
             .await?

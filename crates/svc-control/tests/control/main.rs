@@ -593,7 +593,7 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
     let admin = fx.admin();
     let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
     fx.wait_for("the second spawn to queue", || async {
-        fx.plane.queue_stats().spawn_queue_depth == 1
+        fx.plane.scheduler_stats().queue.spawn_queue_depth == 1
     })
     .await;
     fx.provider.set_spawn(SpawnFault::None);
@@ -605,7 +605,40 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
         .unwrap()
         .unwrap();
     assert_eq!(sandbox.state, SandboxState::Running);
-    let stats = fx.plane.queue_stats();
+    let scheduler = fx.plane.scheduler_stats();
+    let keys: Vec<String> = serde_json::to_value(&scheduler)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let mut expected = [
+        "spawn_overflow",
+        "spawn_queue_depth",
+        "max_spawn_queue",
+        "spawn_queue_timeout",
+        "admission_control",
+        "spawn_queued_total",
+        "spawn_dequeued_total",
+        "spawn_queue_timeouts",
+        "spawn_queue_wait_count",
+        "spawn_queue_wait_total",
+        "spawn_queue_wait_max",
+        "spawn_queue_wait_avg",
+        "spawn_queue_wait_total_ms",
+        "spawn_queue_wait_max_ms",
+        "spawn_queue_wait_avg_ms",
+        "worker_id",
+        "selected_worker_id",
+        "eligible_workers",
+    ];
+    expected.sort_unstable();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, expected, "interface.md's scheduler object");
+    assert_eq!(scheduler.admission_control, "worker_aware_local");
+    let stats = scheduler.queue;
     assert_eq!(
         (
             stats.spawn_queued_total,
@@ -633,12 +666,12 @@ async fn a_caller_that_goes_away_while_queued_leaves_the_queue_and_spawns_nothin
     let admin = fx.admin();
     let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
     fx.wait_for("the spawn to queue", || async {
-        fx.plane.queue_stats().spawn_queue_depth == 1
+        fx.plane.scheduler_stats().queue.spawn_queue_depth == 1
     })
     .await;
     queued.abort();
     fx.wait_for("the queue to empty", || async {
-        fx.plane.queue_stats().spawn_queue_depth == 0
+        fx.plane.scheduler_stats().queue.spawn_queue_depth == 0
     })
     .await;
     fx.plane

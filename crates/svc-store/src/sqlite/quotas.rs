@@ -142,6 +142,28 @@ pub(super) fn count_holding(
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
+/// Both counts in one pass over the sandboxes holding a runtime (the writer is held meanwhile).
+fn count_both(
+    conn: &Connection,
+    operation: &'static str,
+    owner_id: &str,
+) -> StoreResult<ActiveCounts> {
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    conn.prepare_cached(
+        "SELECT COUNT(*), COUNT(*) FILTER (WHERE owner_id = ?1) FROM sandboxes \
+         WHERE state IN ('creating', 'running')",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_row([owner_id], |row| {
+            Ok(ActiveCounts {
+                active: count(row.get(0)?),
+                owner_active: count(row.get(1)?),
+            })
+        })
+    })
+    .map_err(backend(operation))
+}
+
 /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, on
 /// `conn` as it is now. `report` counts everything the decision object shows; otherwise only
 /// what a non-zero limit compares against is counted.
@@ -160,18 +182,17 @@ pub(super) fn decide(
         get(conn, operation, owner_id)?.map(|row| row.limits())
     };
     let effective = limits.effective(quota.as_ref());
-    let (global, owner) = effective.counts_needed(anonymous, report);
-    let counts = ActiveCounts {
-        active: if global {
-            count_holding(conn, operation, None)?
-        } else {
-            0
+    let counts = match effective.counts_needed(anonymous, report) {
+        (true, true) => count_both(conn, operation, owner_id)?,
+        (true, false) => ActiveCounts {
+            active: count_holding(conn, operation, None)?,
+            owner_active: 0,
         },
-        owner_active: if owner {
-            count_holding(conn, operation, Some(owner_id))?
-        } else {
-            0
+        (false, true) => ActiveCounts {
+            active: 0,
+            owner_active: count_holding(conn, operation, Some(owner_id))?,
         },
+        (false, false) => ActiveCounts::default(),
     };
     Ok(effective.decide(lifetime, counts, anonymous))
 }

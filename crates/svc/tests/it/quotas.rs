@@ -267,6 +267,7 @@ async fn owner_quotas_apply_to_spawn_template_spawn_extend_and_every_exec_form()
         json!({"max_sandboxes": 2, "max_ttl": "20m", "max_exec_timeout": "1s"}),
     )
     .await;
+    let mut limits = server.events("?types=resource.limit", None).await;
     let headers = [("X-User-ID", "erin")];
     let spawn = |body: Value| {
         let server = &server;
@@ -335,6 +336,23 @@ async fn owner_quotas_apply_to_spawn_template_spawn_extend_and_every_exec_form()
     let capped = server.post(&exec_path, json!({"command": "sleep 5"})).await;
     assert_eq!(capped.status, 200, "{}", capped.body);
     assert_eq!(capped.body["timed_out"], true, "{}", capped.body);
+    // Every denial was published, naming its reason and the owner.
+    let mut reasons = Vec::new();
+    while let Some(event) = limits.next(Duration::from_millis(300)).await {
+        assert_eq!(event.data["data"]["owner_id"], "erin");
+        reasons.push(event.data["data"]["reason"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        reasons,
+        [
+            "max_ttl",
+            "max_ttl",
+            "max_owner_sandboxes",
+            "max_ttl",
+            "max_exec_timeout",
+            "max_exec_timeout"
+        ]
+    );
     // Another owner still has the global caps.
     let other = server
         .spawn(json!({"owner_id": "frank", "ttl": "50m"}))

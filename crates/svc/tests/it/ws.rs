@@ -110,13 +110,26 @@ async fn tty_with_resize() {
     let id = sandbox(&server).await;
     let mut socket = connect(&server, &id).await;
     send(&mut socket, json!({"type": "start", "command": "stty size; read line; stty size", "tty": true, "cols": 80, "rows": 24})).await;
+    // Resize only once the first size is printed: sent earlier, it could land before the
+    // shell's first `stty size` and the test would race the terminal.
+    let mut messages = Vec::new();
+    while !text_of(&messages, "stdout").contains("24 80") {
+        match tokio::time::timeout(Duration::from_secs(20), socket.next()).await {
+            Ok(Some(Ok(Message::Text(text)))) => {
+                messages.push(serde_json::from_str(&text).unwrap());
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("no first size: {other:?} after {messages:?}"),
+        }
+    }
     send(
         &mut socket,
         json!({"type": "resize", "cols": 132, "rows": 50}),
     )
     .await;
     send(&mut socket, json!({"type": "stdin", "data": "go\n"})).await;
-    let (messages, close) = drain(&mut socket).await;
+    let (rest, close) = drain(&mut socket).await;
+    messages.extend(rest);
     let output = text_of(&messages, "stdout");
     assert!(output.contains("24 80"), "{output:?}");
     assert!(output.contains("50 132"), "{output:?}");
