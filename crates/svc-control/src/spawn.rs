@@ -145,13 +145,10 @@ impl ControlPlane {
                 Ok(sandbox) => return Ok(sandbox),
                 Err(admission) => admission,
             };
-            match self
-                .wait_for_capacity(&plan, admission, queued.take(), epoch)
-                .await
-            {
-                Ok(ticket) => queued = Some(ticket),
-                Err(err) => return Err(err),
-            }
+            queued = Some(
+                self.wait_for_capacity(&plan, admission, queued.take(), epoch)
+                    .await?,
+            );
         }
     }
 

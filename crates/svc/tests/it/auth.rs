@@ -173,6 +173,57 @@ async fn admin_aliases_need_the_admin_key_and_answer_like_their_originals() {
     server.shutdown().await;
 }
 
+#[tokio::test]
+async fn quota_routes_follow_the_permission_table() {
+    let server = server_with_keys(ADMIN_KEY, true).await;
+    let admin = [("X-Admin-API-Key", ADMIN_KEY)];
+    let body = json!({"max_sandboxes": 2});
+    // The plain key (role api) writes quotas on the plain paths, not on the admin aliases.
+    let saved = server
+        .call_as(&api(), Method::PUT, "/quotas/olga", Some(body.clone()))
+        .await;
+    assert_eq!(saved.status, 200, "{}", saved.body);
+    server
+        .call_as(
+            &api(),
+            Method::PUT,
+            "/admin/quotas/olga",
+            Some(body.clone()),
+        )
+        .await
+        .assert_error(403, "forbidden");
+    server
+        .call(Method::PUT, "/quotas/olga", Some(body.clone()))
+        .await
+        .assert_error(401, "unauthorized");
+    for path in [
+        "/quotas",
+        "/quotas/summary",
+        "/quotas/olga",
+        "/quotas/olga/usage",
+    ] {
+        let plain = server.call_as(&api(), Method::GET, path, None).await;
+        let via_admin = server
+            .call_as(&admin, Method::GET, &format!("/admin{path}"), None)
+            .await;
+        assert_eq!(
+            (plain.status.as_u16(), via_admin.status.as_u16()),
+            (200, 200),
+            "{path}"
+        );
+        assert_eq!(plain.body, via_admin.body, "{path}");
+        server
+            .call_as(&api(), Method::GET, &format!("/admin{path}"), None)
+            .await
+            .assert_error(403, "forbidden");
+    }
+    let deleted = server
+        .call_as(&admin, Method::DELETE, "/admin/quotas/olga", None)
+        .await;
+    assert_eq!(deleted.body, json!({"status": "deleted"}));
+    server.shutdown().await;
+}
+
 /// A provider answer without the fields that move between two health checks.
 fn without_health_timing(mut value: Value) -> Value {
     fn strip(value: &mut Value) {

@@ -83,6 +83,12 @@ async fn waiters_are_served_first_in_first_out_as_sandboxes_are_destroyed() {
         .events("?types=spawn.queued,spawn.dequeued", None)
         .await;
     let holder = server.spawn(json!({})).await;
+    // A TTL denial never queues, in queue mode too.
+    let message = server
+        .post("/sandboxes", json!({"ttl": "25h"}))
+        .await
+        .assert_error(429, "resource_limit");
+    assert!(message.contains("max_ttl"), "{message}");
     let first = queued_spawn(&server, &mut events, "q1").await;
     let second = queued_spawn(&server, &mut events, "q2").await;
     let third = queued_spawn(&server, &mut events, "q3").await;
