@@ -269,7 +269,12 @@ impl ControlPlane {
         let sandbox = self.new_record(plan);
         let admission = self
             .store()
-            .admit_sandbox(&sandbox, plan.ttl, self.global_limits())
+            .admit_sandbox(
+                &sandbox,
+                plan.ttl,
+                self.global_limits(),
+                self.config().worker.lease_ttl.as_std(),
+            )
             .await?;
         Ok(if admission.allowed {
             Ok(sandbox)

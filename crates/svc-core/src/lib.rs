@@ -18,6 +18,7 @@ pub mod path;
 pub mod quota;
 pub mod sandbox;
 pub mod template;
+pub mod worker;
 
 pub use capability::Capability;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

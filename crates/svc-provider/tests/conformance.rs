@@ -318,9 +318,16 @@ async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
 }
 
 async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
-    let session = sb
-        .start(spec(&["/bin/sh", "-c", "sleep 60 & sleep 60; echo never"]))
-        .await;
+    // A duration of its own: the mock's processes share the host's process table with every
+    // other test running at the same time (the docker variant of this one included).
+    let secs = 1000
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+            % 9000;
+    let script = format!("sleep {secs} & sleep {secs}; echo never");
+    let session = sb.start(spec(&["/bin/sh", "-c", &script])).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     session.control.kill().await.unwrap();
@@ -330,7 +337,9 @@ async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(!out.stdout().contains("never"));
     let survivors = sb
-        .sh("ps -eo args 2>/dev/null | grep -c '^sleep 60' || true")
+        .sh(&format!(
+            "ps -eo args 2>/dev/null | grep -c '^sleep {secs}$' || true"
+        ))
         .await;
     assert_eq!(survivors.stdout().trim(), "0", "no child survives the kill");
 }

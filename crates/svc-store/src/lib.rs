@@ -13,6 +13,7 @@ use svc_core::admission::Admission;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
+use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{SandboxId, Timestamp};
 
 pub use error::StoreError;
@@ -54,7 +55,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Admission and record in one write transaction: reads the owner's quota, counts the
     /// sandboxes holding a runtime (`creating`, `running`) as the limits need, decides
-    /// (decisions §10 order) and inserts `sandbox` (in state `creating`) only when allowed.
+    /// (decisions §10 order) and, only when allowed, takes the sandbox's lease for its
+    /// `worker_id` until `created_at + lease_ttl` and inserts `sandbox` (in state `creating`).
     /// Concurrent calls are serialised, so they never admit past a limit. The decision's counts
     /// are those the limits compare against (others read 0).
     async fn admit_sandbox(
@@ -62,6 +64,7 @@ pub trait Store: Send + Sync + 'static {
         sandbox: &Sandbox,
         lifetime: Duration,
         limits: GlobalLimits,
+        lease_ttl: Duration,
     ) -> StoreResult<Admission>;
 
     /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`,
@@ -78,8 +81,9 @@ pub trait Store: Send + Sync + 'static {
     async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>>;
 
     /// Ends a sandbox that has not ended: `state` is `destroyed` or `error`, with the reason
-    /// and message of `ending`. Returns the updated record, or `None` when it does not exist or
-    /// has already ended (so exactly one caller wins).
+    /// and message of `ending`, and lets its lease lapse at `at`, in one transaction. Returns
+    /// the updated record, or `None` when it does not exist or has already ended (so exactly
+    /// one caller wins).
     async fn end_sandbox(
         &self,
         id: &SandboxId,
@@ -150,6 +154,78 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts of quotas, by which limits they set.
     async fn quota_summary(&self) -> StoreResult<QuotaSummary>;
+
+    /// Registers or refreshes worker `id` from a heartbeat at `at` (`last_heartbeat` and
+    /// `updated_at`; `created_at` kept).
+    async fn upsert_worker(
+        &self,
+        id: &str,
+        heartbeat: &WorkerHeartbeat,
+        at: Timestamp,
+    ) -> StoreResult<Worker>;
+
+    /// Sets a registered worker's status (`offline` at shutdown); `None` when unknown.
+    async fn set_worker_status(
+        &self,
+        id: &str,
+        status: WorkerStatus,
+        at: Timestamp,
+    ) -> StoreResult<Option<Worker>>;
+
+    /// One worker (`stale` is left false: the caller knows the window).
+    async fn get_worker(&self, id: &str) -> StoreResult<Option<Worker>>;
+
+    /// Every worker, by ID.
+    async fn list_workers(&self) -> StoreResult<Vec<Worker>>;
+
+    /// Removes a worker from the registry; false when unknown.
+    async fn delete_worker(&self, id: &str) -> StoreResult<bool>;
+
+    /// Takes `resource_id` for `holder` until `now + ttl` when it is free, expired or already
+    /// `holder`'s (a new holder increments the generation); otherwise reports the holder's
+    /// lease. Concurrent acquirers never both win.
+    async fn acquire_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<LeaseAcquire>;
+
+    /// Extends a lease to `now + ttl` when `holder` holds it unexpired; `None` otherwise.
+    async fn renew_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<Option<Lease>>;
+
+    /// Extends every unexpired lease `holder` holds; returns how many.
+    async fn renew_leases_held_by(
+        &self,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<u64>;
+
+    /// Lets `holder`'s lease on `resource_id` lapse at `now`; false when `holder` does not
+    /// hold it. The generation is kept.
+    async fn release_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
+
+    /// One lease.
+    async fn get_lease(&self, resource_id: &str) -> StoreResult<Option<Lease>>;
+
+    /// Every lease, by resource.
+    async fn list_leases(&self) -> StoreResult<Vec<Lease>>;
+
+    /// Total, active and expired leases at `now`, and active ones per holder.
+    async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts>;
 
     /// Flushes and releases connections; later calls fail.
     async fn close(&self);

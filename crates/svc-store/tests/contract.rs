@@ -13,6 +13,7 @@ use svc_core::error::LimitReason;
 use svc_core::quota::{GlobalLimits, QuotaLimits};
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
+use svc_core::worker::{LeaseAcquire, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
 use svc_core::{GoDuration, SandboxId, Timestamp};
 use svc_store::sqlite::SqliteStore;
 use svc_store::{EndedState, SandboxFilter, StateFilter, Store, StoreError};
@@ -348,7 +349,10 @@ const MINUTE: Duration = Duration::from_secs(60);
 async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
     let limits = capacity(3, 2);
     let a1 = creating("alice", at(1));
-    let admitted = store.admit_sandbox(&a1, MINUTE, limits).await.unwrap();
+    let admitted = store
+        .admit_sandbox(&a1, MINUTE, limits, MINUTE)
+        .await
+        .unwrap();
     assert!(admitted.allowed, "{admitted:?}");
     assert_eq!(
         store.get_sandbox(&a1.id).await.unwrap().unwrap().state,
@@ -358,13 +362,16 @@ async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
     let a2 = creating("alice", at(2));
     assert!(
         store
-            .admit_sandbox(&a2, MINUTE, limits)
+            .admit_sandbox(&a2, MINUTE, limits, MINUTE)
             .await
             .unwrap()
             .allowed
     );
     let a3 = creating("alice", at(3));
-    let denied = store.admit_sandbox(&a3, MINUTE, limits).await.unwrap();
+    let denied = store
+        .admit_sandbox(&a3, MINUTE, limits, MINUTE)
+        .await
+        .unwrap();
     assert_eq!(denied.reason, Some(LimitReason::MaxOwnerSandboxes));
     assert_eq!(
         (denied.active_owner_sandboxes, denied.max_owner_sandboxes),
@@ -377,13 +384,13 @@ async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
     );
     assert!(
         store
-            .admit_sandbox(&creating("", at(4)), MINUTE, limits)
+            .admit_sandbox(&creating("", at(4)), MINUTE, limits, MINUTE)
             .await
             .unwrap()
             .allowed
     );
     let full = store
-        .admit_sandbox(&creating("bob", at(5)), MINUTE, limits)
+        .admit_sandbox(&creating("bob", at(5)), MINUTE, limits, MINUTE)
         .await
         .unwrap();
     assert_eq!(full.reason, Some(LimitReason::MaxSandboxes));
@@ -404,13 +411,13 @@ async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 2);
     assert!(
         store
-            .admit_sandbox(&creating("bob", at(7)), MINUTE, limits)
+            .admit_sandbox(&creating("bob", at(7)), MINUTE, limits, MINUTE)
             .await
             .unwrap()
             .allowed
     );
     let err = store
-        .admit_sandbox(&a1, MINUTE, capacity(0, 0))
+        .admit_sandbox(&a1, MINUTE, capacity(0, 0), MINUTE)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
@@ -434,7 +441,7 @@ async fn admission_applies_owner_quotas_in_order(store: &dyn Store) {
     for i in 0..2 {
         assert!(
             store
-                .admit_sandbox(&creating("carol", at(i)), MINUTE, limits)
+                .admit_sandbox(&creating("carol", at(i)), MINUTE, limits, MINUTE)
                 .await
                 .unwrap()
                 .allowed
@@ -523,12 +530,233 @@ async fn concurrent_admission_never_over_admits(store: &dyn Store) {
     let outcomes = futures_join_all(
         candidates
             .iter()
-            .map(|sb| store.admit_sandbox(sb, MINUTE, capacity(5, 0))),
+            .map(|sb| store.admit_sandbox(sb, MINUTE, capacity(5, 0), MINUTE)),
     )
     .await;
     let admitted = outcomes.iter().filter(|o| o.allowed).count();
     assert_eq!(admitted, 5);
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 5);
+}
+
+fn heartbeat(hostname: &str, providers: &[&str]) -> WorkerHeartbeat {
+    WorkerHeartbeat {
+        hostname: hostname.to_owned(),
+        status: WorkerStatus::Online,
+        providers: providers.iter().map(|p| (*p).to_owned()).collect(),
+        capabilities: vec!["spawn".to_owned()],
+        capacity: WorkerCapacity {
+            max_sandboxes: 4,
+            max_sandboxes_per_owner: 0,
+        },
+        url: None,
+    }
+}
+
+async fn worker_registry(store: &dyn Store) {
+    assert_eq!(store.get_worker("w1").await.unwrap(), None);
+    let first = store
+        .upsert_worker("w1", &heartbeat("host-a", &["mock"]), at(1))
+        .await
+        .unwrap();
+    assert_eq!(first.id, "w1");
+    assert_eq!(first.providers, ["mock"]);
+    assert_eq!(first.capacity.max_sandboxes, 4);
+    assert_eq!(
+        (first.created_at, first.updated_at, first.last_heartbeat),
+        (at(1), at(1), at(1))
+    );
+    let again = store
+        .upsert_worker(
+            "w1",
+            &WorkerHeartbeat {
+                url: Some("https://w1:7424".to_owned()),
+                ..heartbeat("host-b", &["mock", "docker"])
+            },
+            at(9),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.created_at, at(1), "created_at kept");
+    assert_eq!((again.last_heartbeat, again.updated_at), (at(9), at(9)));
+    assert_eq!(again.hostname, "host-b");
+    assert_eq!(again.url.as_deref(), Some("https://w1:7424"));
+    assert_eq!(store.get_worker("w1").await.unwrap(), Some(again.clone()));
+    let offline = store
+        .set_worker_status("w1", WorkerStatus::Offline, at(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(offline.status, WorkerStatus::Offline);
+    assert_eq!(
+        offline.last_heartbeat,
+        at(9),
+        "a status change is not a heartbeat"
+    );
+    assert_eq!(
+        store
+            .set_worker_status("nobody", WorkerStatus::Offline, at(10))
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .upsert_worker("w0", &heartbeat("host-c", &[]), at(2))
+        .await
+        .unwrap();
+    let ids: Vec<String> = store
+        .list_workers()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.id)
+        .collect();
+    assert_eq!(ids, ["w0", "w1"]);
+    assert!(store.delete_worker("w0").await.unwrap());
+    assert!(!store.delete_worker("w0").await.unwrap());
+}
+
+fn acquired(outcome: LeaseAcquire) -> svc_core::worker::Lease {
+    match outcome {
+        LeaseAcquire::Acquired(lease) => lease,
+        LeaseAcquire::Held(lease) => panic!("expected to acquire, held: {lease:?}"),
+    }
+}
+
+async fn leases_are_holder_and_expiry_aware(store: &dyn Store) {
+    let ttl = Duration::from_secs(10);
+    let first = acquired(store.acquire_lease("r1", "a", ttl, at(0)).await.unwrap());
+    assert_eq!((first.holder_id.as_str(), first.generation), ("a", 1));
+    assert_eq!(first.expires_at, at(10));
+    // The holder again: the same generation, a later expiry.
+    let again = acquired(store.acquire_lease("r1", "a", ttl, at(5)).await.unwrap());
+    assert_eq!((again.generation, again.expires_at), (1, at(15)));
+    // Another worker while it is active: refused, told who holds it.
+    match store.acquire_lease("r1", "b", ttl, at(14)).await.unwrap() {
+        LeaseAcquire::Held(held) => assert_eq!(held.holder_id, "a"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.renew_lease("r1", "b", ttl, at(14)).await.unwrap(),
+        None,
+        "renew by a non-holder"
+    );
+    let renewed = store
+        .renew_lease("r1", "a", ttl, at(14))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((renewed.generation, renewed.expires_at), (1, at(24)));
+    // Expiry, then takeover: the generation grows.
+    assert_eq!(
+        store.renew_lease("r1", "a", ttl, at(24)).await.unwrap(),
+        None,
+        "expired"
+    );
+    let taken = acquired(store.acquire_lease("r1", "b", ttl, at(24)).await.unwrap());
+    assert_eq!((taken.holder_id.as_str(), taken.generation), ("b", 2));
+    // Release: holder only; the generation is kept for the next holder.
+    assert!(!store.release_lease("r1", "a", at(25)).await.unwrap());
+    assert!(store.release_lease("r1", "b", at(25)).await.unwrap());
+    let released = store.get_lease("r1").await.unwrap().unwrap();
+    assert!(!released.active_at(at(25)));
+    let next = acquired(store.acquire_lease("r1", "a", ttl, at(25)).await.unwrap());
+    assert_eq!(next.generation, 3);
+    // Renewing everything a holder holds (the heartbeat).
+    acquired(store.acquire_lease("r2", "a", ttl, at(25)).await.unwrap());
+    acquired(store.acquire_lease("r3", "c", ttl, at(25)).await.unwrap());
+    assert_eq!(
+        store.renew_leases_held_by("a", ttl, at(30)).await.unwrap(),
+        2
+    );
+    assert_eq!(
+        store.get_lease("r2").await.unwrap().unwrap().expires_at,
+        at(40)
+    );
+    let counts = store.lease_counts(at(36)).await.unwrap();
+    assert_eq!((counts.total, counts.active, counts.expired), (3, 2, 1));
+    assert_eq!(counts.by_holder.get("a"), Some(&2));
+    assert_eq!(
+        counts.by_holder.get("c"),
+        None,
+        "expired leases are not held"
+    );
+    let listed: Vec<String> = store
+        .list_leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.resource_id)
+        .collect();
+    assert_eq!(listed, ["r1", "r2", "r3"]);
+}
+
+async fn lease_races_have_one_winner_and_growing_generations(store: &dyn Store) {
+    let ttl = Duration::from_secs(10);
+    let mut last_generation = 0;
+    for round in 0..3u64 {
+        // Every round starts after the previous holder's lease lapsed.
+        let now = at(round * 100);
+        let holders: Vec<String> = (0..50).map(|i| format!("w{round}-{i}")).collect();
+        let outcomes = futures_join_all(
+            holders
+                .iter()
+                .map(|h| store.acquire_lease("race", h, ttl, now)),
+        )
+        .await;
+        let winners: Vec<_> = outcomes
+            .into_iter()
+            .filter_map(|o| match o {
+                LeaseAcquire::Acquired(lease) => Some(lease),
+                LeaseAcquire::Held(_) => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: exactly one acquirer wins");
+        assert!(winners[0].generation > last_generation);
+        last_generation = winners[0].generation;
+    }
+}
+
+async fn a_sandbox_lease_lives_with_its_record(store: &dyn Store) {
+    let sb = creating("", at(1));
+    assert!(
+        store
+            .admit_sandbox(&sb, MINUTE, capacity(0, 0), Duration::from_secs(30))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let lease = store.get_lease(sb.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(lease.holder_id, "local", "taken for the sandbox's worker");
+    assert_eq!(
+        lease.expires_at,
+        add_duration(at(1), Duration::from_secs(30))
+    );
+    let refused = creating("", at(2));
+    assert!(
+        !store
+            .admit_sandbox(&refused, MINUTE, capacity(1, 0), MINUTE)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(
+        store.get_lease(refused.id.as_str()).await.unwrap(),
+        None,
+        "no lease for a denial"
+    );
+    destroy(store, &sb.id, at(5)).await.unwrap();
+    let ended = store.get_lease(sb.id.as_str()).await.unwrap().unwrap();
+    assert!(
+        !ended.active_at(at(5)),
+        "ending the sandbox lets its lease lapse"
+    );
+    assert_eq!(ended.generation, 1);
+    assert_eq!(store.purge_destroyed_before(at(1000)).await.unwrap(), 1);
+    assert_eq!(
+        store.get_lease(sb.id.as_str()).await.unwrap(),
+        None,
+        "purged with the record"
+    );
 }
 
 async fn worker_and_state_filters(store: &dyn Store) {
@@ -610,6 +838,10 @@ macro_rules! all_cases {
                 concurrent_admission_never_over_admits,
                 admission_applies_owner_quotas_in_order,
                 quota_crud,
+                worker_registry,
+                leases_are_holder_and_expiry_aware,
+                lease_races_have_one_winner_and_growing_generations,
+                a_sandbox_lease_lives_with_its_record,
                 worker_and_state_filters,
                 ping_answers,
             );

@@ -17,6 +17,7 @@ use svc_core::config::Config;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
+use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{Capability, ManualClock, SandboxId, Timestamp};
 use svc_provider::mock::MockProvider;
 use svc_provider::{Provider, ProviderError, RuntimeInfo, RuntimeStatus, SpawnSpec};
@@ -191,17 +192,23 @@ impl Store for FaultyStore {
         sandbox: &Sandbox,
         lifetime: Duration,
         limits: GlobalLimits,
+        lease_ttl: Duration,
     ) -> StoreResult<Admission> {
         self.write("admit_sandbox")?;
         let delay = *self.admit_delay.lock().unwrap();
         let Some(delay) = delay else {
-            return self.inner.admit_sandbox(sandbox, lifetime, limits).await;
+            return self
+                .inner
+                .admit_sandbox(sandbox, lifetime, limits, lease_ttl)
+                .await;
         };
         let inner = Arc::clone(&self.inner);
         let sandbox = sandbox.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            inner.admit_sandbox(&sandbox, lifetime, limits).await
+            inner
+                .admit_sandbox(&sandbox, lifetime, limits, lease_ttl)
+                .await
         })
         .await
         .unwrap()
@@ -294,6 +301,83 @@ impl Store for FaultyStore {
     }
     async fn quota_summary(&self) -> StoreResult<QuotaSummary> {
         self.inner.quota_summary().await
+    }
+    async fn upsert_worker(
+        &self,
+        id: &str,
+        heartbeat: &WorkerHeartbeat,
+        at: Timestamp,
+    ) -> StoreResult<Worker> {
+        self.write("upsert_worker")?;
+        self.inner.upsert_worker(id, heartbeat, at).await
+    }
+    async fn set_worker_status(
+        &self,
+        id: &str,
+        status: WorkerStatus,
+        at: Timestamp,
+    ) -> StoreResult<Option<Worker>> {
+        self.write("set_worker_status")?;
+        self.inner.set_worker_status(id, status, at).await
+    }
+    async fn get_worker(&self, id: &str) -> StoreResult<Option<Worker>> {
+        self.inner.get_worker(id).await
+    }
+    async fn list_workers(&self) -> StoreResult<Vec<Worker>> {
+        self.inner.list_workers().await
+    }
+    async fn delete_worker(&self, id: &str) -> StoreResult<bool> {
+        self.write("delete_worker")?;
+        self.inner.delete_worker(id).await
+    }
+    async fn acquire_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<LeaseAcquire> {
+        self.write("acquire_lease")?;
+        self.inner
+            .acquire_lease(resource_id, holder, ttl, now)
+            .await
+    }
+    async fn renew_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<Option<Lease>> {
+        self.write("renew_lease")?;
+        self.inner.renew_lease(resource_id, holder, ttl, now).await
+    }
+    async fn renew_leases_held_by(
+        &self,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<u64> {
+        self.write("renew_leases_held_by")?;
+        self.inner.renew_leases_held_by(holder, ttl, now).await
+    }
+    async fn release_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        self.write("release_lease")?;
+        self.inner.release_lease(resource_id, holder, now).await
+    }
+    async fn get_lease(&self, resource_id: &str) -> StoreResult<Option<Lease>> {
+        self.inner.get_lease(resource_id).await
+    }
+    async fn list_leases(&self) -> StoreResult<Vec<Lease>> {
+        self.inner.list_leases().await
+    }
+    async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts> {
+        self.inner.lease_counts(now).await
     }
     async fn close(&self) {
         self.inner.close().await;

@@ -20,6 +20,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/sqlite/0003_owner_quotas.sql"),
     ),
+    (
+        4,
+        include_str!("../../migrations/sqlite/0004_workers_leases.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

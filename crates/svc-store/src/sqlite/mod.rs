@@ -5,6 +5,7 @@ mod codec;
 mod connections;
 mod migrate;
 mod quotas;
+mod workers;
 
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
@@ -16,6 +17,7 @@ use svc_core::admission::Admission;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
+use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{SandboxId, Timestamp};
 
 use crate::{EndedState, SandboxFilter, StateFilter, Store, StoreError, StoreResult};
@@ -177,10 +179,13 @@ impl Store for SqliteStore {
         sandbox: &Sandbox,
         lifetime: Duration,
         limits: GlobalLimits,
+        lease_ttl: Duration,
     ) -> StoreResult<Admission> {
         const OP: &str = "admit_sandbox";
         let row = codec::SandboxRow::from_domain(sandbox)?;
         let owner = sandbox.owner_id.clone();
+        let holder = sandbox.worker_id.clone().unwrap_or_default();
+        let now = sandbox.created_at;
         self.connections
             .write(OP, move |conn| {
                 // IMMEDIATE takes the write lock before reading the quota and counting, so no
@@ -192,6 +197,16 @@ impl Store for SqliteStore {
                 let admission = quotas::decide(&tx, OP, &owner, lifetime, limits, false)?;
                 if !admission.allowed {
                     return Ok(admission);
+                }
+                // The lease before the record (interface "States and transitions"): a new ID's
+                // lease is free, so this always acquires.
+                if let workers::AcquireRow::Held(_) =
+                    workers::acquire(&tx, OP, &row.id, &holder, lease_ttl, now)?
+                {
+                    return Err(StoreError::Conflict {
+                        entity: "lease",
+                        key: row.id.clone(),
+                    });
                 }
                 tx.prepare_cached(&INSERT_SANDBOX)
                     .and_then(|mut stmt| stmt.execute(row.params()))
@@ -249,9 +264,11 @@ impl Store for SqliteStore {
         decoded(
             self.connections
                 .write("end_sandbox", move |conn| {
-                    one_sandbox(
-                        conn,
-                        "end_sandbox",
+                    const OP: &str = "end_sandbox";
+                    let tx = conn.transaction().map_err(codec::backend(OP))?;
+                    let ended = one_sandbox(
+                        &tx,
+                        OP,
                         &SANDBOX_SQL.end,
                         params![
                             id,
@@ -261,7 +278,17 @@ impl Store for SqliteStore {
                             reason,
                             message
                         ],
-                    )
+                    )?;
+                    if ended.is_some() {
+                        // Whoever held it: the sandbox it fenced is gone.
+                        tx.prepare_cached(
+                            "UPDATE leases SET expires_at = MIN(expires_at, ?2) WHERE resource_id = ?1",
+                        )
+                        .and_then(|mut stmt| stmt.execute(params![id, micros(at)]))
+                        .map_err(codec::backend(OP))?;
+                    }
+                    tx.commit().map_err(codec::backend(OP))?;
+                    Ok(ended)
                 })
                 .await,
         )
@@ -374,12 +401,22 @@ impl Store for SqliteStore {
     async fn purge_destroyed_before(&self, cutoff: Timestamp) -> StoreResult<u64> {
         self.connections
             .write("purge_destroyed_before", move |conn| {
-                let deleted = conn
+                const OP: &str = "purge_destroyed_before";
+                let tx = conn.transaction().map_err(codec::backend(OP))?;
+                // A purged sandbox's lease goes with it: nothing can act on that ID again.
+                tx.execute(
+                    "DELETE FROM leases WHERE resource_id IN (SELECT id FROM sandboxes \
+                     WHERE state IN ('destroyed', 'error') AND ended_at < ?1)",
+                    [micros(cutoff)],
+                )
+                .map_err(codec::backend(OP))?;
+                let deleted = tx
                     .execute(
                         "DELETE FROM sandboxes WHERE state IN ('destroyed', 'error') AND ended_at < ?1",
                         [micros(cutoff)],
                     )
-                    .map_err(codec::backend("purge_destroyed_before"))?;
+                    .map_err(codec::backend(OP))?;
+                tx.commit().map_err(codec::backend(OP))?;
                 Ok(deleted as u64)
             })
             .await
@@ -525,6 +562,193 @@ impl Store for SqliteStore {
     async fn quota_summary(&self) -> StoreResult<QuotaSummary> {
         self.connections
             .read("quota_summary", quotas::summary)
+            .await
+    }
+
+    async fn upsert_worker(
+        &self,
+        id: &str,
+        heartbeat: &WorkerHeartbeat,
+        at: Timestamp,
+    ) -> StoreResult<Worker> {
+        let (id, heartbeat) = (id.to_owned(), heartbeat.clone());
+        self.connections
+            .write("upsert_worker", move |conn| {
+                workers::upsert(conn, &id, &heartbeat, at)
+            })
+            .await?
+            .into_domain()
+    }
+
+    async fn set_worker_status(
+        &self,
+        id: &str,
+        status: WorkerStatus,
+        at: Timestamp,
+    ) -> StoreResult<Option<Worker>> {
+        const OP: &str = "set_worker_status";
+        let id = id.to_owned();
+        self.connections
+            .write(OP, move |conn| {
+                conn.prepare_cached(&format!(
+                    "UPDATE workers SET status = ?2, updated_at = ?3 WHERE id = ?1 \
+                     RETURNING {}",
+                    workers::WORKER_COLUMNS
+                ))
+                .and_then(|mut stmt| {
+                    stmt.query_row(
+                        params![id, status.as_str(), micros(at)],
+                        workers::WorkerRow::read,
+                    )
+                    .optional()
+                })
+                .map_err(codec::backend(OP))
+            })
+            .await?
+            .map(workers::WorkerRow::into_domain)
+            .transpose()
+    }
+
+    async fn get_worker(&self, id: &str) -> StoreResult<Option<Worker>> {
+        const OP: &str = "get_worker";
+        let id = id.to_owned();
+        self.connections
+            .read(OP, move |conn| {
+                conn.prepare_cached(&format!(
+                    "SELECT {} FROM workers WHERE id = ?1",
+                    workers::WORKER_COLUMNS
+                ))
+                .and_then(|mut stmt| stmt.query_row([&id], workers::WorkerRow::read).optional())
+                .map_err(codec::backend(OP))
+            })
+            .await?
+            .map(workers::WorkerRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_workers(&self) -> StoreResult<Vec<Worker>> {
+        const OP: &str = "list_workers";
+        self.connections
+            .read(OP, move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {} FROM workers ORDER BY id",
+                        workers::WORKER_COLUMNS
+                    ))
+                    .map_err(codec::backend(OP))?;
+                let rows = stmt
+                    .query_map([], workers::WorkerRow::read)
+                    .map_err(codec::backend(OP))?;
+                collect(OP, rows, workers::WorkerRow::into_domain)
+            })
+            .await
+    }
+
+    async fn delete_worker(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.connections
+            .write("delete_worker", move |conn| {
+                conn.prepare_cached("DELETE FROM workers WHERE id = ?1")
+                    .and_then(|mut stmt| stmt.execute([&id]))
+                    .map(|n| n > 0)
+                    .map_err(codec::backend("delete_worker"))
+            })
+            .await
+    }
+
+    async fn acquire_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<LeaseAcquire> {
+        let (resource, holder) = (resource_id.to_owned(), holder.to_owned());
+        self.connections
+            .write("acquire_lease", move |conn| {
+                workers::acquire(conn, "acquire_lease", &resource, &holder, ttl, now)
+            })
+            .await?
+            .into_domain()
+    }
+
+    async fn renew_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<Option<Lease>> {
+        let (resource, holder) = (resource_id.to_owned(), holder.to_owned());
+        self.connections
+            .write("renew_lease", move |conn| {
+                workers::renew(conn, &resource, &holder, ttl, now)
+            })
+            .await?
+            .map(workers::LeaseRow::into_domain)
+            .transpose()
+    }
+
+    async fn renew_leases_held_by(
+        &self,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<u64> {
+        let holder = holder.to_owned();
+        self.connections
+            .write("renew_leases_held_by", move |conn| {
+                workers::renew_all(conn, &holder, ttl, now)
+            })
+            .await
+    }
+
+    async fn release_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        let (resource, holder) = (resource_id.to_owned(), holder.to_owned());
+        self.connections
+            .write("release_lease", move |conn| {
+                workers::release(conn, &resource, &holder, now)
+            })
+            .await
+    }
+
+    async fn get_lease(&self, resource_id: &str) -> StoreResult<Option<Lease>> {
+        let resource = resource_id.to_owned();
+        self.connections
+            .read("get_lease", move |conn| {
+                workers::get(conn, "get_lease", &resource)
+            })
+            .await?
+            .map(workers::LeaseRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_leases(&self) -> StoreResult<Vec<Lease>> {
+        const OP: &str = "list_leases";
+        self.connections
+            .read(OP, move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {} FROM leases ORDER BY resource_id",
+                        workers::LEASE_COLUMNS
+                    ))
+                    .map_err(codec::backend(OP))?;
+                let rows = stmt
+                    .query_map([], workers::LeaseRow::read)
+                    .map_err(codec::backend(OP))?;
+                collect(OP, rows, workers::LeaseRow::into_domain)
+            })
+            .await
+    }
+
+    async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts> {
+        self.connections
+            .read("lease_counts", move |conn| workers::counts(conn, now))
             .await
     }
 
