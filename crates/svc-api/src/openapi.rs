@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
         (name = "templates", description = "Named spawn presets"),
         (name = "providers", description = "Providers, snapshots and the pool"),
         (name = "quotas", description = "Per-owner limits and usage"),
+        (name = "workers", description = "The worker registry"),
         (name = "events", description = "Lifecycle events"),
         (name = "system", description = "Health and readiness"),
         (name = "admin", description = "Admin aliases; need the admin API key")

@@ -26,6 +26,7 @@ fn api_router() -> OpenApiRouter<ControlPlane> {
         .merge(routes::templates::routes())
         .merge(routes::providers::routes())
         .merge(routes::quotas::routes())
+        .merge(routes::workers::routes())
         .merge(routes::events::routes());
     OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
 }

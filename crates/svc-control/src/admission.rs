@@ -7,10 +7,12 @@ use svc_core::admission::Admission;
 use svc_core::error::LimitReason;
 use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
 use svc_core::sandbox::SpawnRequest;
+use svc_core::worker::{Worker, WorkerStatus};
 use svc_core::{Error, GoDuration};
+use svc_store::SandboxFilter;
 
 use crate::queue::{QueueStats, Ticket, Woken};
-use crate::spawn::SpawnPlan;
+use crate::spawn::{Placement, SpawnPlan};
 use crate::{ControlPlane, Principal};
 
 /// The scheduler object of interface.md (diagnostics and metrics): the spawn queue's state and
@@ -57,8 +59,111 @@ impl ControlPlane {
             .store()
             .check_admission(&plan.owner, plan.ttl, self.global_limits())
             .await?;
+        if let (true, Placement::Elsewhere { reason, .. }) = (admission.allowed, &plan.placement) {
+            // Placement is the last check (decisions §10).
+            admission.allowed = false;
+            admission.reason = Some(*reason);
+        }
         admission.queueable = admission.capacity_denied() && self.spawn_queue().has_room();
         Ok(admission)
+    }
+
+    /// Where a spawn on provider `name` (default: the default provider) runs: here when this
+    /// worker runs it; otherwise on another online, fresh worker that offers it and has room,
+    /// which admission must refuse (`remote_worker_rpc_unavailable`), or nowhere
+    /// (`no_eligible_worker`). A provider no online, fresh worker offers is 400.
+    pub(crate) async fn place(&self, name: Option<&str>) -> Result<Placement, Error> {
+        let unknown = match self.spawn_provider(name) {
+            Ok(provider) => return Ok(Placement::Local(provider)),
+            Err(unknown) => unknown,
+        };
+        let Some(name) = name else {
+            return Err(unknown);
+        };
+        let now = self.clock().now();
+        let window = self.config().worker.stale_after.as_std();
+        let offering: Vec<Worker> = self
+            .store()
+            .list_workers()
+            .await?
+            .into_iter()
+            .map(|w| w.with_staleness(now, window))
+            .filter(|w| {
+                w.id != self.worker_id()
+                    && w.status == WorkerStatus::Online
+                    && !w.stale
+                    && w.runs(name)
+            })
+            .collect();
+        if offering.is_empty() {
+            return Err(unknown);
+        }
+        let mut best: Option<(String, u64)> = None;
+        for worker in &offering {
+            let active = self
+                .store()
+                .list_sandboxes(&SandboxFilter {
+                    worker_id: Some(worker.id.clone()),
+                    ..SandboxFilter::default()
+                })
+                .await?
+                .iter()
+                .filter(|s| s.state.holds_runtime())
+                .count();
+            let active = u64::try_from(active).unwrap_or(u64::MAX);
+            let cap = worker.capacity.max_sandboxes;
+            let free = if cap == 0 {
+                u64::MAX
+            } else {
+                cap.saturating_sub(active)
+            };
+            if free > 0 && best.as_ref().is_none_or(|(_, most)| free > *most) {
+                best = Some((worker.id.clone(), free));
+            }
+        }
+        Ok(match best {
+            Some((worker, _)) => Placement::Elsewhere {
+                provider: name.to_owned(),
+                reason: LimitReason::RemoteWorkerRpcUnavailable,
+                message: format!(
+                    "provider {name} runs on worker {worker}, not on this one ({}); spawning on another worker needs worker RPC, which is not available (remote_worker_rpc_unavailable)",
+                    self.worker_id()
+                ),
+            },
+            None => Placement::Elsewhere {
+                provider: name.to_owned(),
+                reason: LimitReason::NoEligibleWorker,
+                message: format!(
+                    "no worker offering provider {name} has capacity left (no_eligible_worker)"
+                ),
+            },
+        })
+    }
+
+    /// The answer to a spawn placed on another worker: its capacity denial when it has one
+    /// (decisions §10 order), else the placement's. Publishes `resource.limit`.
+    pub(crate) async fn refuse_elsewhere(&self, plan: &SpawnPlan) -> Result<Error, Error> {
+        let Placement::Elsewhere {
+            reason, message, ..
+        } = &plan.placement
+        else {
+            return Err(Error::internal(
+                "placing a spawn",
+                "a local spawn was refused as remote",
+            ));
+        };
+        let admission = self
+            .store()
+            .check_admission(&plan.owner, plan.ttl, self.global_limits())
+            .await?;
+        let denial = admission
+            .error(plan.ttl)
+            .unwrap_or_else(|| Error::ResourceLimit {
+                reason: *reason,
+                message: message.clone(),
+            });
+        self.publish_limit(&denial, &plan.owner);
+        Ok(denial)
     }
 
     /// A spawn was refused: in `queue` mode a capacity denial waits for capacity (joining the

@@ -36,6 +36,7 @@ pub(crate) struct Inner {
     pub(crate) retries: crate::retry::Retries,
     pub(crate) spawn_queue: Arc<crate::queue::SpawnQueue>,
     rate_limiter: Arc<crate::ratelimit::RateLimiter>,
+    pub(crate) hostname: String,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -68,6 +69,7 @@ impl ControlPlane {
                 retries: crate::retry::Retries::default(),
                 spawn_queue,
                 rate_limiter,
+                hostname: crate::workers::host_name(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -137,10 +139,10 @@ impl ControlPlane {
     /// Starts the background loops; they stop when [`ControlPlane::shutdown_token`] fires.
     pub fn start_background(&self) -> Vec<JoinHandle<()>> {
         let cancel = self.inner.shutdown.clone();
-        let mut loops = vec![tokio::spawn(crate::reaper::run(
-            self.clone(),
-            cancel.clone(),
-        ))];
+        let mut loops = vec![
+            tokio::spawn(crate::reaper::run(self.clone(), cancel.clone())),
+            tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
+        ];
         if self.inner.rate_limiter.enabled() {
             loops.push(tokio::spawn(crate::ratelimit::run_cleanup(
                 Arc::clone(&self.inner.rate_limiter),

@@ -9,6 +9,7 @@ use svc_core::event::EventPayload;
 use svc_core::sandbox::{
     check_ttl_positive, Ending, ExtendRequest, Sandbox, SandboxState, StateReason,
 };
+use svc_core::worker::{Lease, LeaseAcquire};
 use svc_core::{Error, SandboxId};
 use svc_store::{EndedState, SandboxFilter, StateFilter};
 
@@ -48,14 +49,17 @@ impl ControlPlane {
     }
 
     /// A sandbox the caller may see that is `running` (for exec, files, logs, extend); any
-    /// other state is 409 saying which.
+    /// other state is 409 saying which, and so is a sandbox whose lease another worker holds
+    /// (its runtime is that worker's).
     pub(crate) async fn running_sandbox(
         &self,
         principal: &Principal,
         id: &str,
     ) -> Result<Sandbox, Error> {
         let sandbox = self.find_sandbox(principal, id).await?;
-        if sandbox.state != SandboxState::Running {
+        if sandbox.state == SandboxState::Running {
+            self.check_not_fenced(&sandbox).await?;
+        } else {
             return Err(Error::SandboxNotRunning {
                 id: sandbox.id.to_string(),
                 state: sandbox.state,
@@ -154,6 +158,9 @@ impl ControlPlane {
         if sandbox.state.has_ended() {
             return Ok(false);
         }
+        // Fenced before anything changes: a lease another worker holds is a 409 that leaves
+        // provider, store and lease as they were.
+        self.hold_lease(sandbox).await?;
         let provider = self
             .providers()
             .for_cleanup(&sandbox.provider)
@@ -175,6 +182,37 @@ impl ControlPlane {
                 });
                 Err(err)
             }
+        }
+    }
+
+    /// Takes (or keeps) this worker's lease on `sandbox`; 409 `lease_conflict` when another
+    /// worker holds it unexpired.
+    async fn hold_lease(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        let acquired = self
+            .store()
+            .acquire_lease(
+                sandbox.id.as_str(),
+                self.worker_id(),
+                self.config().worker.lease_ttl.as_std(),
+                self.clock().now(),
+            )
+            .await?;
+        match acquired {
+            LeaseAcquire::Acquired(_) => Ok(()),
+            LeaseAcquire::Held(lease) => Err(lease_conflict(sandbox, lease)),
+        }
+    }
+
+    /// 409 `lease_conflict` when another worker holds `sandbox`'s lease unexpired (a read: the
+    /// runtime operations that do not end the sandbox need no lease of their own).
+    async fn check_not_fenced(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        match self.store().get_lease(sandbox.id.as_str()).await? {
+            Some(lease)
+                if lease.holder_id != self.worker_id() && lease.active_at(self.clock().now()) =>
+            {
+                Err(lease_conflict(sandbox, lease))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -254,11 +292,23 @@ impl ControlPlane {
             match self.destroy(sandbox, reason).await {
                 Ok(true) => destroyed += 1,
                 Ok(false) => {}
+                Err(err) if err.kind() == svc_core::ErrorKind::LeaseConflict => {
+                    // Another worker's: it reaps its own (or its lease lapses and we may).
+                    tracing::debug!(sandbox_id = %sandbox.id, error = %err, "an expired sandbox is leased by another worker");
+                }
                 Err(err) => {
                     tracing::warn!(sandbox_id = %sandbox.id, error = %err, "destroying an expired sandbox failed");
                 }
             }
         }
         Ok(destroyed)
+    }
+}
+
+fn lease_conflict(sandbox: &Sandbox, lease: Lease) -> Error {
+    Error::LeaseHeld {
+        resource: svc_core::error::Resource::Sandbox,
+        id: sandbox.id.to_string(),
+        holder: lease.holder_id,
     }
 }

@@ -41,7 +41,8 @@ use crate::{ControlPlane, Principal};
 
 /// A spawn with every default applied and every field validated.
 pub(crate) struct SpawnPlan {
-    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) placement: Placement,
+    provider_name: String,
     image: String,
     memory_mb: u32,
     vcpus: u32,
@@ -52,6 +53,31 @@ pub(crate) struct SpawnPlan {
     pub(crate) owner: String,
     tenant: String,
     template: Option<String>,
+}
+
+/// Where a spawn would run (decisions §11): here, or only on other workers, which this build
+/// cannot ask to spawn (remote worker RPC is gated), so admission refuses with `reason`.
+pub(crate) enum Placement {
+    /// This worker runs the provider.
+    Local(Arc<dyn Provider>),
+    /// Only other workers do.
+    Elsewhere {
+        /// The provider name.
+        provider: String,
+        /// `remote_worker_rpc_unavailable` or `no_eligible_worker`.
+        reason: svc_core::error::LimitReason,
+        /// What to tell the caller.
+        message: String,
+    },
+}
+
+impl Placement {
+    fn provider_name(&self) -> &str {
+        match self {
+            Placement::Local(provider) => provider.name(),
+            Placement::Elsewhere { provider, .. } => provider,
+        }
+    }
 }
 
 /// The `data` of `sandbox.*` events (decisions §12).
@@ -83,7 +109,9 @@ impl ControlPlane {
     ) -> Result<Sandbox, Error> {
         self.authorize(principal, Action::Spawn)?;
         let plan = self.resolve(principal, request, None).await?;
-        self.ensure_healthy(&plan.provider).await?;
+        if let Placement::Local(provider) = &plan.placement {
+            self.ensure_healthy(provider).await?;
+        }
         self.admit_and_create(plan).await
     }
 
@@ -102,7 +130,9 @@ impl ControlPlane {
             ..SpawnRequest::default()
         };
         let plan = self.resolve(principal, spawn, Some(template)).await?;
-        self.ensure_healthy(&plan.provider).await?;
+        if let Placement::Local(provider) = &plan.placement {
+            self.ensure_healthy(provider).await?;
+        }
         self.admit_and_create(plan).await
     }
 
@@ -112,6 +142,10 @@ impl ControlPlane {
     /// handler does not own (a write handed to the store completes even when its caller is
     /// gone), and a panic inside surfaces as an internal error with the undo started.
     async fn admit_and_create(&self, plan: SpawnPlan) -> Result<Sandbox, Error> {
+        let provider = match &plan.placement {
+            Placement::Local(provider) => Arc::clone(provider),
+            Placement::Elsewhere { .. } => return Err(self.refuse_elsewhere(&plan).await?),
+        };
         let plan = Arc::new(plan);
         let mut queued: Option<Ticket> = None;
         loop {
@@ -119,13 +153,14 @@ impl ControlPlane {
             let (admitted_tx, mut admitted_rx) = oneshot::channel();
             let attempt = {
                 let plan = Arc::clone(&plan);
+                let provider = Arc::clone(&provider);
                 self.detached(move |plane| async move {
                     let record = match plane.admit_and_record(&plan).await? {
                         Ok(record) => record,
                         Err(admission) => return Ok(Err(admission)),
                     };
                     let _ = admitted_tx.send(());
-                    plane.create_runtime(&plan, record).await.map(Ok)
+                    plane.create_runtime(provider, record).await.map(Ok)
                 })
             };
             tokio::pin!(attempt);
@@ -205,15 +240,18 @@ impl ControlPlane {
         let provider_name = request
             .provider
             .or_else(|| template.as_ref().map(|t| t.provider.clone()));
-        let provider = self.spawn_provider(provider_name.as_deref())?;
-        check_image_for(&image, image_kind, provider.as_ref())?;
+        let placement = self.place(provider_name.as_deref()).await?;
+        if let Placement::Local(provider) = &placement {
+            check_image_for(&image, image_kind, provider.as_ref())?;
+        }
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
             .unwrap_or_default();
         metadata.extend(request.metadata.unwrap_or_default());
         Ok(SpawnPlan {
-            provider,
+            provider_name: placement.provider_name().to_owned(),
+            placement,
             image,
             memory_mb,
             vcpus,
@@ -290,7 +328,7 @@ impl ControlPlane {
             preview_domain: format!("{id}.{}", self.config().server.preview_domain),
             id,
             state: SandboxState::Creating,
-            provider: plan.provider.name().to_owned(),
+            provider: plan.provider_name.clone(),
             image: plan.image.clone(),
             memory_mb: plan.memory_mb,
             vcpus: plan.vcpus,
@@ -310,16 +348,17 @@ impl ControlPlane {
     }
 
     /// Steps "provider spawn", "mark running" and "publish", run in a task of their own.
-    async fn create_runtime(self, plan: &SpawnPlan, record: Sandbox) -> Result<Sandbox, Error> {
+    async fn create_runtime(
+        self,
+        provider: Arc<dyn Provider>,
+        record: Sandbox,
+    ) -> Result<Sandbox, Error> {
         let undo = SpawnUndo {
             plane: self.clone(),
             sandbox: Some(record.clone()),
-            provider: Arc::clone(&plan.provider),
+            provider: Arc::clone(&provider),
         };
-        let runtime = match self
-            .spawn_runtime(&plan.provider, spawn_spec(&record))
-            .await
-        {
+        let runtime = match self.spawn_runtime(&provider, spawn_spec(&record)).await {
             Ok(runtime) => runtime,
             Err(failure) => return Err(undo.run(failure).await),
         };

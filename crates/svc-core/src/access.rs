@@ -98,6 +98,8 @@ pub enum Action {
     ReadEvents,
     /// List or get owner quotas, their summary and usage.
     ReadQuotas,
+    /// List or get workers.
+    ReadWorkers,
     /// Spawn a sandbox (directly or from a template).
     Spawn,
     /// Check admission without spawning.
@@ -122,6 +124,8 @@ pub enum Action {
     UseAdminRoutes,
     /// Settle the store against the providers (start-up recovery, reconciliation).
     Reconcile,
+    /// Repair the worker registry (admin heartbeat, delete) and mint worker tokens.
+    ManageWorkers,
 }
 
 impl Action {
@@ -136,7 +140,8 @@ impl Action {
             | Action::ReadSnapshots
             | Action::ReadPool
             | Action::ReadEvents
-            | Action::ReadQuotas => RouteGroup::Read,
+            | Action::ReadQuotas
+            | Action::ReadWorkers => RouteGroup::Read,
             Action::Spawn
             | Action::CheckAdmission
             | Action::Destroy
@@ -146,7 +151,7 @@ impl Action {
             | Action::WriteFiles => RouteGroup::Lifecycle,
             Action::WriteTemplates | Action::TestProviders => RouteGroup::Configure,
             Action::WriteQuotas => RouteGroup::QuotaWrite,
-            Action::UseAdminRoutes | Action::Reconcile => RouteGroup::Admin,
+            Action::UseAdminRoutes | Action::Reconcile | Action::ManageWorkers => RouteGroup::Admin,
         }
     }
 
@@ -162,6 +167,7 @@ impl Action {
             Action::ReadPool => "read the pool status",
             Action::ReadEvents => "read events",
             Action::ReadQuotas => "read quotas",
+            Action::ReadWorkers => "read workers",
             Action::Spawn => "spawn sandboxes",
             Action::CheckAdmission => "check spawn admission",
             Action::Destroy => "destroy sandboxes",
@@ -174,6 +180,7 @@ impl Action {
             Action::WriteQuotas => "change quotas",
             Action::UseAdminRoutes => "use admin routes",
             Action::Reconcile => "reconcile sandboxes with their providers",
+            Action::ManageWorkers => "manage workers",
         }
     }
 }

@@ -75,6 +75,8 @@ pub enum Resource {
     Lease,
     /// An owner quota.
     Quota,
+    /// A worker.
+    Worker,
 }
 
 impl fmt::Display for Resource {
@@ -87,6 +89,7 @@ impl fmt::Display for Resource {
             Resource::File => "file",
             Resource::Lease => "lease",
             Resource::Quota => "quota of owner",
+            Resource::Worker => "worker",
         })
     }
 }
@@ -105,6 +108,10 @@ pub enum LimitReason {
     MaxExecTimeout,
     /// The API rate limit of the caller's bucket.
     RateLimit,
+    /// Placement chose another worker, and spawning there needs worker RPC.
+    RemoteWorkerRpcUnavailable,
+    /// Workers offer the provider, but none is eligible (capacity).
+    NoEligibleWorker,
 }
 
 impl LimitReason {
@@ -116,6 +123,8 @@ impl LimitReason {
             LimitReason::MaxOwnerSandboxes => "max_owner_sandboxes",
             LimitReason::MaxExecTimeout => "max_exec_timeout",
             LimitReason::RateLimit => "rate_limit",
+            LimitReason::RemoteWorkerRpcUnavailable => "remote_worker_rpc_unavailable",
+            LimitReason::NoEligibleWorker => "no_eligible_worker",
         }
     }
 }

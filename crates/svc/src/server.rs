@@ -94,6 +94,11 @@ pub async fn start_with_clock(
             provider_list.join(", ")
         }
     );
+    // This process is a worker: registered before it records anything as its own.
+    plane
+        .register_local_worker()
+        .await
+        .context("registering this worker in the store")?;
     // Spawns a crash interrupted are settled before anyone can ask about them.
     if let Err(err) = plane
         .recover_interrupted_spawns(&svc_control::Principal::system())

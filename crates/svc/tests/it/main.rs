@@ -21,4 +21,5 @@ mod quotas;
 mod ratelimit;
 mod system;
 mod templates;
+mod workers;
 mod ws;

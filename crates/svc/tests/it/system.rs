@@ -239,7 +239,7 @@ async fn shutdown_stops_loops_and_ends_event_streams() {
     let server = TestServer::start().await;
     let mut events = server.events("", None).await;
     let report = server.shutdown().await;
-    assert_eq!(report.loops_stopped, 1);
+    assert_eq!(report.loops_stopped, 2, "the reaper and the heartbeat");
     assert!(
         report.drained,
         "an open event stream must not hold up shutdown"

@@ -1,0 +1,176 @@
+//! The worker registry as the control plane keeps it (decisions §11): this process registers
+//! itself as its worker at start-up, a heartbeat loop refreshes the record and renews every
+//! lease the worker holds, and shutdown records it `offline`. Staleness is computed when a
+//! worker is read, from `worker.stale_after`.
+
+use std::time::Duration;
+
+use svc_core::access::Action;
+use svc_core::error::Resource;
+use svc_core::worker::{Worker, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
+use svc_core::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ControlPlane, Principal};
+
+/// What a single-node server can do (decisions §11).
+const LOCAL_CAPABILITIES: [&str; 5] = ["api", "single_node", "spawn", "exec", "files"];
+
+/// The host's name, read once (`/proc`, else `HOSTNAME`, else `localhost`).
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+impl ControlPlane {
+    /// This worker as its heartbeat describes it.
+    fn local_heartbeat(&self, status: WorkerStatus) -> WorkerHeartbeat {
+        let defaults = &self.config().defaults;
+        WorkerHeartbeat {
+            hostname: self.inner.hostname.clone(),
+            status,
+            providers: self.providers().names(),
+            capabilities: LOCAL_CAPABILITIES.map(str::to_owned).to_vec(),
+            capacity: WorkerCapacity {
+                max_sandboxes: defaults.max_sandboxes,
+                max_sandboxes_per_owner: defaults.max_sandboxes_per_owner,
+            },
+            url: None,
+        }
+    }
+
+    fn stale_after(&self) -> Duration {
+        self.config().worker.stale_after.as_std()
+    }
+
+    /// Registers this process as worker `worker.id` (`online`), at start-up.
+    pub async fn register_local_worker(&self) -> Result<Worker, Error> {
+        let worker = self
+            .store()
+            .upsert_worker(
+                self.worker_id(),
+                &self.local_heartbeat(WorkerStatus::Online),
+                self.clock().now(),
+            )
+            .await?;
+        Ok(worker)
+    }
+
+    /// One heartbeat: the record refreshed, then every lease this worker holds renewed.
+    pub(crate) async fn heartbeat_once(&self) -> Result<u64, Error> {
+        let now = self.clock().now();
+        self.store()
+            .upsert_worker(
+                self.worker_id(),
+                &self.local_heartbeat(WorkerStatus::Online),
+                now,
+            )
+            .await?;
+        let lease_ttl = self.config().worker.lease_ttl.as_std();
+        Ok(self
+            .store()
+            .renew_leases_held_by(self.worker_id(), lease_ttl, now)
+            .await?)
+    }
+
+    /// Records this worker `offline` (shutdown).
+    async fn mark_local_offline(&self) {
+        let result = self
+            .store()
+            .set_worker_status(self.worker_id(), WorkerStatus::Offline, self.clock().now())
+            .await;
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "recording this worker offline failed");
+        }
+    }
+
+    /// `GET /workers`.
+    pub async fn list_workers(&self, principal: &Principal) -> Result<Vec<Worker>, Error> {
+        self.authorize(principal, Action::ReadWorkers)?;
+        let now = self.clock().now();
+        let window = self.stale_after();
+        Ok(self
+            .store()
+            .list_workers()
+            .await?
+            .into_iter()
+            .map(|w| w.with_staleness(now, window))
+            .collect())
+    }
+
+    /// `GET /workers/{id}`.
+    pub async fn get_worker(&self, principal: &Principal, id: &str) -> Result<Worker, Error> {
+        self.authorize(principal, Action::ReadWorkers)?;
+        self.store()
+            .get_worker(id)
+            .await?
+            .map(|w| w.with_staleness(self.clock().now(), self.stale_after()))
+            .ok_or_else(|| Error::not_found(Resource::Worker, id))
+    }
+
+    /// `POST /admin/workers/{id}/heartbeat`: upserts the record as if that worker had sent a
+    /// heartbeat (registry repair).
+    pub async fn admin_heartbeat(
+        &self,
+        principal: &Principal,
+        id: &str,
+        heartbeat: WorkerHeartbeat,
+    ) -> Result<Worker, Error> {
+        self.authorize(principal, Action::ManageWorkers)?;
+        self.record_heartbeat(id, heartbeat).await
+    }
+
+    /// Saves a heartbeat of worker `id` (validated).
+    pub(crate) async fn record_heartbeat(
+        &self,
+        id: &str,
+        heartbeat: WorkerHeartbeat,
+    ) -> Result<Worker, Error> {
+        check_worker_id(id)?;
+        let now = self.clock().now();
+        Ok(self
+            .store()
+            .upsert_worker(id, &heartbeat, now)
+            .await?
+            .with_staleness(now, self.stale_after()))
+    }
+
+    /// `DELETE /admin/workers/{id}`.
+    pub async fn delete_worker(&self, principal: &Principal, id: &str) -> Result<(), Error> {
+        self.authorize(principal, Action::ManageWorkers)?;
+        if !self.store().delete_worker(id).await? {
+            return Err(Error::not_found(Resource::Worker, id));
+        }
+        Ok(())
+    }
+}
+
+/// Worker IDs follow the owner-ID rules: 1..=128 characters, no whitespace, control characters
+/// or path separators.
+pub(crate) fn check_worker_id(id: &str) -> Result<(), Error> {
+    svc_core::OwnerId::parse(id)
+        .map(|_| ())
+        .map_err(|e| Error::invalid("workerID", e.to_string().replace("owner id", "worker id")))
+}
+
+/// The heartbeat loop: every `worker.heartbeat_interval` until shutdown, then `offline`.
+pub(crate) async fn run_heartbeats(plane: ControlPlane, cancel: CancellationToken) {
+    let every = plane.config().worker.heartbeat_interval.as_std();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {
+                if let Err(err) = plane.heartbeat_once().await {
+                    tracing::warn!(error = %err, "worker heartbeat failed");
+                }
+            }
+        }
+    }
+    plane.mark_local_offline().await;
+}
