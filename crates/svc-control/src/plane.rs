@@ -24,6 +24,8 @@ pub struct ControlPlaneParts {
     pub clock: Arc<dyn Clock>,
     /// How callers authenticate (from `auth.*`).
     pub authenticator: Authenticator,
+    /// The store's installation ID (labels every runtime).
+    pub installation_id: String,
 }
 
 pub(crate) struct Inner {
@@ -37,6 +39,7 @@ pub(crate) struct Inner {
     pub(crate) spawn_queue: Arc<crate::queue::SpawnQueue>,
     rate_limiter: Arc<crate::ratelimit::RateLimiter>,
     pub(crate) hostname: String,
+    pub(crate) installation_id: String,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -70,6 +73,7 @@ impl ControlPlane {
                 spawn_queue,
                 rate_limiter,
                 hostname: crate::workers::host_name(),
+                installation_id: parts.installation_id,
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -142,6 +146,7 @@ impl ControlPlane {
         let mut loops = vec![
             tokio::spawn(crate::reaper::run(self.clone(), cancel.clone())),
             tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
+            tokio::spawn(crate::reconcile::run(self.clone(), cancel.clone())),
         ];
         if self.inner.rate_limiter.enabled() {
             loops.push(tokio::spawn(crate::ratelimit::run_cleanup(
@@ -172,6 +177,7 @@ impl ControlPlane {
             )),
             clock,
             authenticator: Authenticator::Open,
+            installation_id: "test-installation".to_owned(),
         })
     }
 }

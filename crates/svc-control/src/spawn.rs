@@ -27,8 +27,8 @@ use svc_core::sandbox::{
 use svc_core::template::{Template, TemplateSpawnRequest};
 use svc_core::{Capability, Error, OwnerId, SandboxId};
 use svc_provider::{
-    Provider, ProviderError, RuntimeInfo, SpawnSpec, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID,
-    LABEL_TENANT, LABEL_WORKER,
+    Provider, ProviderError, RuntimeInfo, SpawnSpec, LABEL_INSTALLATION, LABEL_MANAGED,
+    LABEL_OWNER, LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER,
 };
 use svc_store::EndedState;
 use tokio::sync::oneshot;
@@ -358,7 +358,10 @@ impl ControlPlane {
             sandbox: Some(record.clone()),
             provider: Arc::clone(&provider),
         };
-        let runtime = match self.spawn_runtime(&provider, spawn_spec(&record)).await {
+        let runtime = match self
+            .spawn_runtime(&provider, spawn_spec(&record, &self.inner.installation_id))
+            .await
+        {
             Ok(runtime) => runtime,
             Err(failure) => return Err(undo.run(failure).await),
         };
@@ -609,7 +612,7 @@ pub(crate) fn check_image_for(
 }
 
 /// What the provider is asked to create for `sandbox`.
-fn spawn_spec(sandbox: &Sandbox) -> SpawnSpec {
+fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
     let worker = sandbox.worker_id.clone().unwrap_or_default();
     SpawnSpec {
         id: sandbox.id.clone(),
@@ -624,6 +627,7 @@ fn spawn_spec(sandbox: &Sandbox) -> SpawnSpec {
             (LABEL_OWNER.to_owned(), sandbox.owner_id.clone()),
             (LABEL_TENANT.to_owned(), sandbox.tenant_id.clone()),
             (LABEL_WORKER.to_owned(), worker),
+            (LABEL_INSTALLATION.to_owned(), installation.to_owned()),
         ]),
     }
 }

@@ -267,6 +267,17 @@ pub struct SpawnQueueEventData {
     pub wait: Option<String>,
 }
 
+/// `data` of `reconcile.action` events (decisions §11).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReconcileEventData {
+    /// `adopted_runtime` or `marked_destroyed`.
+    pub action: String,
+    /// The provider of the runtime.
+    pub provider: String,
+    /// Its image.
+    pub image: String,
+}
+
 /// `data` of `quota.*` events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuotaEventData {
@@ -309,6 +320,8 @@ pub enum EventPayload {
     SpawnDequeued(SpawnQueueEventData),
     /// `spawn.queue_timeout`.
     SpawnQueueTimeout(SpawnQueueEventData),
+    /// `reconcile.action`.
+    ReconcileAction(ReconcileEventData),
     /// `quota.saved`.
     QuotaSaved(QuotaEventData),
     /// `quota.deleted`.
@@ -335,6 +348,7 @@ impl EventPayload {
             EventPayload::SpawnQueued(_) => EventType::SpawnQueued,
             EventPayload::SpawnDequeued(_) => EventType::SpawnDequeued,
             EventPayload::SpawnQueueTimeout(_) => EventType::SpawnQueueTimeout,
+            EventPayload::ReconcileAction(_) => EventType::ReconcileAction,
             EventPayload::QuotaSaved(_) => EventType::QuotaSaved,
             EventPayload::QuotaDeleted(_) => EventType::QuotaDeleted,
         }
@@ -359,6 +373,7 @@ impl EventPayload {
             EventPayload::SpawnQueued(d)
             | EventPayload::SpawnDequeued(d)
             | EventPayload::SpawnQueueTimeout(d) => serde_json::to_value(d),
+            EventPayload::ReconcileAction(d) => serde_json::to_value(d),
             EventPayload::QuotaSaved(d) | EventPayload::QuotaDeleted(d) => serde_json::to_value(d),
         };
         match value {

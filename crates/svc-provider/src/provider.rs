@@ -19,6 +19,8 @@ pub const LABEL_OWNER: &str = "dev.svc.owner";
 pub const LABEL_TENANT: &str = "dev.svc.tenant";
 /// Label carrying the worker that created it.
 pub const LABEL_WORKER: &str = "dev.svc.worker";
+/// Label: the installation ID of the database that recorded the runtime.
+pub const LABEL_INSTALLATION: &str = "dev.svc.installation";
 
 /// What the control plane asks a provider to create.
 #[derive(Debug, Clone, PartialEq, Eq)]

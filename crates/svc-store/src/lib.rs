@@ -47,6 +47,10 @@ pub trait Store: Send + Sync + 'static {
     /// The backend name for diagnostics (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
 
+    /// The database's random installation ID (made once, when the schema is created): runtimes
+    /// carry it, so a deployment recognises what it made.
+    async fn installation_id(&self) -> StoreResult<String>;
+
     /// Round-trips a trivial query; returns how long it took.
     async fn ping(&self) -> StoreResult<Duration>;
 

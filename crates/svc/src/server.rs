@@ -106,6 +106,11 @@ pub async fn start_with_clock(
     {
         tracing::warn!(error = %err, "recovering interrupted spawns failed; they stay creating until the next start");
     }
+    // Then the store and the providers are made to agree (unknown runtimes adopted, vanished
+    // ones ended); again every five minutes while serving.
+    if let Err(err) = plane.reconcile(&svc_control::Principal::system()).await {
+        tracing::warn!(error = %err, "start-up reconciliation failed; retried in five minutes");
+    }
     tracing::info!(
         "authentication: {}",
         if plane.auth_enabled() {

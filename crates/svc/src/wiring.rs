@@ -129,11 +129,16 @@ pub(crate) async fn control_plane(
             .await?
             .with_retired(retired),
     );
+    let installation_id = store
+        .installation_id()
+        .await
+        .context("reading the store's installation ID")?;
     Ok(ControlPlane::new(ControlPlaneParts {
         config,
         store,
         providers,
         clock,
         authenticator,
+        installation_id,
     }))
 }

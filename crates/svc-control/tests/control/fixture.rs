@@ -180,6 +180,9 @@ impl Store for FaultyStore {
     fn backend(&self) -> &'static str {
         "faulty-sqlite"
     }
+    async fn installation_id(&self) -> StoreResult<String> {
+        self.inner.installation_id().await
+    }
     async fn ping(&self) -> StoreResult<Duration> {
         self.inner.ping().await
     }
@@ -451,6 +454,7 @@ impl Fixture {
             providers: Arc::new(registry),
             clock,
             authenticator: Authenticator::Open,
+            installation_id: "fixture".to_owned(),
         })
     }
 

@@ -24,6 +24,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/sqlite/0004_workers_leases.sql"),
     ),
+    (
+        5,
+        include_str!("../../migrations/sqlite/0005_installation.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -147,6 +147,19 @@ impl Store for SqliteStore {
         "sqlite"
     }
 
+    async fn installation_id(&self) -> StoreResult<String> {
+        self.connections
+            .read("installation_id", |conn| {
+                conn.query_row(
+                    "SELECT value FROM meta WHERE key = 'installation_id'",
+                    [],
+                    |row| row.get(0),
+                )
+                .map_err(codec::backend("installation_id"))
+            })
+            .await
+    }
+
     async fn ping(&self) -> StoreResult<Duration> {
         let started = Instant::now();
         self.connections

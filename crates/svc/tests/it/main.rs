@@ -19,6 +19,7 @@ mod providers;
 mod queue;
 mod quotas;
 mod ratelimit;
+mod reconcile;
 mod system;
 mod templates;
 mod workers;

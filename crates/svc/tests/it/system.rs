@@ -239,7 +239,10 @@ async fn shutdown_stops_loops_and_ends_event_streams() {
     let server = TestServer::start().await;
     let mut events = server.events("", None).await;
     let report = server.shutdown().await;
-    assert_eq!(report.loops_stopped, 2, "the reaper and the heartbeat");
+    assert_eq!(
+        report.loops_stopped, 3,
+        "the reaper, the heartbeat, reconciliation"
+    );
     assert!(
         report.drained,
         "an open event stream must not hold up shutdown"
