@@ -22,6 +22,8 @@ pub(crate) static USER_ID_HEADER: HeaderName = HeaderName::from_static("x-user-i
 /// Routes that never need credentials.
 pub(crate) const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];
 const ADMIN_PREFIX: &str = "/api/v1/admin/";
+/// Worker routes authenticate with worker credentials, in their handlers.
+pub(crate) const WORKER_PREFIX: &str = "/api/v1/worker/";
 
 /// A header's text; a value that is not UTF-8 matches no key, so it reads as an empty one.
 fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
@@ -46,7 +48,7 @@ pub(crate) async fn authenticate(
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if PROBES.contains(&path) {
+    if PROBES.contains(&path) || path.starts_with(WORKER_PREFIX) {
         return next.run(request).await;
     }
     let admin_route = path.starts_with(ADMIN_PREFIX);

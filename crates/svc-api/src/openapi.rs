@@ -50,6 +50,13 @@ impl Modify for ApiKeys {
                 "auth.admin_api_key, for /admin routes",
             ))),
         );
+        components.add_security_scheme(
+            "worker_token",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Worker-Token",
+                "worker routes: a signed, static or shared worker token, with X-Worker-ID",
+            ))),
+        );
         openapi.security = Some(vec![
             SecurityRequirement::new("api_key", Vec::<String>::new()),
             SecurityRequirement::new("admin_api_key", Vec::<String>::new()),
@@ -68,6 +75,14 @@ impl Modify for ApiKeys {
                     operation.security = Some(vec![SecurityRequirement::default()]);
                     continue;
                 }
+                rate_limited(&mut operation.responses.responses);
+                if path.starts_with(crate::auth::WORKER_PREFIX) {
+                    operation.security = Some(vec![SecurityRequirement::new(
+                        "worker_token",
+                        Vec::<String>::new(),
+                    )]);
+                    continue;
+                }
                 for (status, description) in [
                     ("401", "Authentication is on and no valid API key was sent"),
                     ("403", "The key's role does not allow this route"),
@@ -78,7 +93,6 @@ impl Modify for ApiKeys {
                         .entry(status.to_owned())
                         .or_insert_with(|| error_response(description));
                 }
-                rate_limited(&mut operation.responses.responses);
             }
         }
     }

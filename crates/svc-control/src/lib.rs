@@ -23,7 +23,7 @@ mod sandboxes;
 mod spawn;
 mod templates;
 mod utf8;
-mod workers;
+pub mod workers;
 
 pub use admission::SchedulerStats;
 pub use events::{EventBus, EventFilter, Subscription};

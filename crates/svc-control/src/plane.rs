@@ -40,6 +40,7 @@ pub(crate) struct Inner {
     rate_limiter: Arc<crate::ratelimit::RateLimiter>,
     pub(crate) hostname: String,
     pub(crate) installation_id: String,
+    pub(crate) worker_tokens: crate::identity::WorkerTokens,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -55,6 +56,7 @@ impl ControlPlane {
     pub fn new(parts: ControlPlaneParts) -> Self {
         let events = EventBus::new(parts.config.events.history_size, Arc::clone(&parts.clock));
         let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::new(&parts.config.rate_limit));
+        let worker_tokens = crate::identity::WorkerTokens::new(&parts.config.auth);
         let defaults = &parts.config.defaults;
         let spawn_queue = Arc::new(crate::queue::SpawnQueue::new(
             defaults.spawn_overflow,
@@ -74,6 +76,7 @@ impl ControlPlane {
                 rate_limiter,
                 hostname: crate::workers::host_name(),
                 installation_id: parts.installation_id,
+                worker_tokens,
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),

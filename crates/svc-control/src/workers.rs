@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use svc_core::access::Action;
 use svc_core::error::Resource;
-use svc_core::worker::{Worker, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
+use svc_core::worker::{Lease, Worker, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
 use svc_core::Error;
 use tokio_util::sync::CancellationToken;
 
+use crate::identity::{WorkerToken, WorkerTokenRequest, SCOPE_HEARTBEAT, SCOPE_LEASE};
 use crate::{ControlPlane, Principal};
 
 /// What a single-node server can do (decisions §11).
@@ -148,6 +149,108 @@ impl ControlPlane {
         Ok(())
     }
 }
+
+/// What a worker route's request presents (`X-Worker-ID`, `X-Worker-Token`; unchecked).
+#[derive(Clone, Copy, Default)]
+pub struct WorkerCredentials<'a> {
+    /// `X-Worker-ID`.
+    pub worker_id: Option<&'a str>,
+    /// `X-Worker-Token`.
+    pub token: Option<&'a str>,
+}
+
+/// `POST /worker/{id}/leases/{resourceID}/renew` body.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct RenewRequest {
+    /// New lifetime from now; default `worker.lease_ttl`, at most `24h`.
+    #[schema(value_type = Option<String>, example = "60s")]
+    pub ttl: Option<svc_core::GoDuration>,
+}
+
+/// `{lease}`: the renewed lease.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LeaseBody {
+    /// The lease, with the generation for fencing.
+    pub lease: Lease,
+}
+
+impl ControlPlane {
+    fn verify_worker(
+        &self,
+        id: &str,
+        credentials: WorkerCredentials<'_>,
+        scope: &str,
+    ) -> Result<(), Error> {
+        self.inner.worker_tokens.verify(
+            id,
+            credentials.worker_id,
+            credentials.token,
+            scope,
+            self.clock().now(),
+        )
+    }
+
+    /// `POST /worker/{id}/heartbeat`, with worker credentials.
+    pub async fn worker_heartbeat(
+        &self,
+        id: &str,
+        credentials: WorkerCredentials<'_>,
+        heartbeat: WorkerHeartbeat,
+    ) -> Result<Worker, Error> {
+        self.verify_worker(id, credentials, SCOPE_HEARTBEAT)?;
+        self.record_heartbeat(id, heartbeat).await
+    }
+
+    /// `POST /worker/{id}/leases/{resourceID}/renew`: 409 `lease_conflict` unless the worker
+    /// holds the lease unexpired.
+    pub async fn renew_worker_lease(
+        &self,
+        id: &str,
+        credentials: WorkerCredentials<'_>,
+        resource_id: &str,
+        request: RenewRequest,
+    ) -> Result<LeaseBody, Error> {
+        self.verify_worker(id, credentials, SCOPE_LEASE)?;
+        let ttl = request.ttl.unwrap_or(self.config().worker.lease_ttl);
+        if ttl.is_zero() || ttl > MAX_LEASE_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!("must be longer than 0s and at most {MAX_LEASE_TTL}, got {ttl}"),
+            ));
+        }
+        let now = self.clock().now();
+        if let Some(lease) = self
+            .store()
+            .renew_lease(resource_id, id, ttl.as_std(), now)
+            .await?
+        {
+            return Ok(LeaseBody { lease });
+        }
+        let holder = match self.store().get_lease(resource_id).await? {
+            Some(lease) if lease.active_at(now) => lease.holder_id,
+            _ => "no worker (the lease is expired or was never taken)".to_owned(),
+        };
+        Err(Error::LeaseHeld {
+            resource: Resource::Lease,
+            id: resource_id.to_owned(),
+            holder,
+        })
+    }
+
+    /// `POST /admin/worker-tokens`.
+    pub fn mint_worker_token(
+        &self,
+        principal: &Principal,
+        request: &WorkerTokenRequest,
+    ) -> Result<WorkerToken, Error> {
+        self.authorize(principal, Action::ManageWorkers)?;
+        self.inner.worker_tokens.mint(request, self.clock().now())
+    }
+}
+
+/// The longest lease a renewal may ask for.
+const MAX_LEASE_TTL: svc_core::GoDuration = svc_core::GoDuration::from_secs(24 * 60 * 60);
 
 /// Worker IDs follow the owner-ID rules: 1..=128 characters, no whitespace, control characters
 /// or path separators.

@@ -238,6 +238,14 @@ pub enum Error {
         /// Its health error.
         message: String,
     },
+    /// A feature this request needs is not configured on this server.
+    #[error("{what} is not configured ({key})")]
+    NotConfigured {
+        /// What is missing, in words.
+        what: String,
+        /// The configuration key that would enable it.
+        key: &'static str,
+    },
     /// The store cannot be reached (closed during shutdown, locked, disk gone).
     #[error("the store is unavailable")]
     StoreUnavailable {
@@ -285,9 +293,9 @@ impl Error {
             Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
             Error::Provider { .. } => ErrorKind::ProviderError,
-            Error::ProviderUnavailable { .. } | Error::StoreUnavailable { .. } => {
-                ErrorKind::Unavailable
-            }
+            Error::ProviderUnavailable { .. }
+            | Error::StoreUnavailable { .. }
+            | Error::NotConfigured { .. } => ErrorKind::Unavailable,
             Error::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Error::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Error::Internal { .. } => ErrorKind::Internal,

@@ -1,7 +1,10 @@
 //! `/workers`: the worker registry, and its admin repair routes.
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::Json;
+use svc_control::identity::{WorkerToken, WorkerTokenRequest};
+use svc_control::workers::{LeaseBody, RenewRequest, WorkerCredentials};
 use svc_control::ControlPlane;
 use svc_core::worker::{Worker, WorkerHeartbeat};
 use utoipa_axum::router::OpenApiRouter;
@@ -65,10 +68,80 @@ async fn admin_delete(
     Ok(Json(StatusBody { status: "deleted" }))
 }
 
+fn worker_credentials(headers: &HeaderMap) -> WorkerCredentials<'_> {
+    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or(""));
+    WorkerCredentials {
+        worker_id: text("x-worker-id"),
+        token: text("x-worker-token"),
+    }
+}
+
+/// A worker's heartbeat, authenticated as that worker (`X-Worker-ID`, `X-Worker-Token`).
+#[utoipa::path(post, path = "/worker/{workerID}/heartbeat", tag = "workers",
+    params(("workerID" = String, Path, description = "Worker ID"),
+        ("X-Worker-ID" = String, Header, description = "Must equal workerID"),
+        ("X-Worker-Token" = String, Header, description = "Signed, static or shared worker token")),
+    request_body = WorkerHeartbeat,
+    responses((status = 200, description = "The updated worker", body = Worker),
+        (status = 400, description = "Invalid worker ID or body", body = ErrorBody),
+        (status = 401, description = "Missing or invalid worker credentials", body = ErrorBody)))]
+async fn heartbeat(
+    State(plane): State<ControlPlane>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(heartbeat): ApiJson<WorkerHeartbeat>,
+) -> Result<Json<Worker>, ApiError> {
+    Ok(Json(
+        plane
+            .worker_heartbeat(&id, worker_credentials(&headers), heartbeat)
+            .await?,
+    ))
+}
+
+/// Renews a lease the worker holds; the answer carries the generation for fencing.
+#[utoipa::path(post, path = "/worker/{workerID}/leases/{resourceID}/renew", tag = "workers",
+    params(("workerID" = String, Path, description = "Worker ID"),
+        ("resourceID" = String, Path, description = "Leased resource (a sandbox ID)"),
+        ("X-Worker-ID" = String, Header, description = "Must equal workerID"),
+        ("X-Worker-Token" = String, Header, description = "Signed, static or shared worker token")),
+    request_body = RenewRequest,
+    responses((status = 200, description = "`{lease}`", body = LeaseBody),
+        (status = 401, description = "Missing or invalid worker credentials", body = ErrorBody),
+        (status = 409, description = "The worker does not hold the lease unexpired", body = ErrorBody)))]
+async fn renew(
+    State(plane): State<ControlPlane>,
+    Path((id, resource)): Path<(String, String)>,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<RenewRequest>,
+) -> Result<Json<LeaseBody>, ApiError> {
+    Ok(Json(
+        plane
+            .renew_worker_lease(&id, worker_credentials(&headers), &resource, request)
+            .await?,
+    ))
+}
+
+/// Mints a short-lived signed worker token (HS256 with `auth.worker_signing_key`).
+#[utoipa::path(post, path = "/admin/worker-tokens", tag = "admin",
+    request_body = WorkerTokenRequest,
+    responses((status = 200, description = "The token", body = WorkerToken),
+        (status = 400, description = "Invalid worker, scope or ttl", body = ErrorBody),
+        (status = 503, description = "No signing key configured", body = ErrorBody)))]
+async fn mint_token(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    ApiJson(request): ApiJson<WorkerTokenRequest>,
+) -> Result<Json<WorkerToken>, ApiError> {
+    Ok(Json(plane.mint_worker_token(&principal, &request)?))
+}
+
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
         .routes(routes!(list))
         .routes(routes!(get))
         .routes(routes!(admin_heartbeat))
         .routes(routes!(admin_delete))
+        .routes(routes!(heartbeat))
+        .routes(routes!(renew))
+        .routes(routes!(mint_token))
 }

@@ -29,13 +29,13 @@ impl std::fmt::Debug for Credentials<'_> {
     }
 }
 
-type KeyDigest = [u8; 32];
+pub(crate) type KeyDigest = [u8; 32];
 
-fn digest(value: &str) -> KeyDigest {
+pub(crate) fn digest(value: &str) -> KeyDigest {
     Sha256::digest(value.as_bytes()).into()
 }
 
-fn same(a: &KeyDigest, b: &KeyDigest) -> bool {
+pub(crate) fn same(a: &KeyDigest, b: &KeyDigest) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -2,8 +2,12 @@
 //! (interface Authentication 1–3, decisions §5); OIDC bearer tokens and worker tokens join here.
 
 mod api_keys;
+mod worker_tokens;
 
 pub use api_keys::{ApiKeys, Credentials};
+pub use worker_tokens::{
+    WorkerToken, WorkerTokenRequest, WorkerTokens, SCOPE_HEARTBEAT, SCOPE_LEASE,
+};
 
 use svc_core::config::AuthConfig;
 use svc_core::Error;

@@ -195,9 +195,24 @@ async fn openapi_document_describes_every_route() {
                     "{method} {path}"
                 );
                 assert!(responses.get("401").is_none(), "{method} {path}");
+            } else if path.starts_with("/api/v1/worker/") {
+                // Worker routes take worker credentials, never API keys.
+                assert_eq!(
+                    operation["security"],
+                    serde_json::json!([{"worker_token": []}]),
+                    "{method} {path}"
+                );
+                assert!(responses.get("401").is_some(), "{method} {path} lacks 401");
             } else {
                 assert!(responses.get("401").is_some(), "{method} {path} lacks 401");
                 assert!(responses.get("403").is_some(), "{method} {path} lacks 403");
+            }
+            if !probe {
+                let limited = &responses["429"]["headers"];
+                assert!(
+                    limited.get("Retry-After").is_some(),
+                    "{method} {path} lacks 429"
+                );
             }
         }
     }

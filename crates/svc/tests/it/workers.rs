@@ -241,3 +241,241 @@ async fn a_provider_only_other_workers_run_is_placed_there_and_refused() {
     store.close().await;
     server.shutdown().await;
 }
+
+const ADMIN_KEY: &str = "test-admin-key-0123456789abcdef01";
+const SIGNING_KEY: &str = "test-signing-key-0123456789abcdef012345";
+
+async fn server_with_worker_auth() -> TestServer {
+    TestServer::start_with(|c| {
+        c.auth.enabled = true;
+        c.auth.admin_api_key = svc_core::config::Secret::new(ADMIN_KEY);
+        c.auth.worker_signing_key = svc_core::config::Secret::new(SIGNING_KEY);
+        c.auth.worker_token = svc_core::config::Secret::new("shared-staging-token");
+        c.auth.worker_tokens.insert(
+            "w1".to_owned(),
+            svc_core::config::Secret::new("static-token-w1"),
+        );
+    })
+    .await
+}
+
+fn as_worker<'a>(id: &'a str, token: &'a str) -> [(&'a str, &'a str); 2] {
+    [("X-Worker-ID", id), ("X-Worker-Token", token)]
+}
+
+#[tokio::test]
+async fn workers_authenticate_with_minted_static_or_shared_tokens() {
+    let server = server_with_worker_auth().await;
+    let admin = [("X-Admin-API-Key", ADMIN_KEY)];
+    let mint = |body: serde_json::Value| {
+        let server = &server;
+        async move {
+            server
+                .call_as(&admin, Method::POST, "/admin/worker-tokens", Some(body))
+                .await
+        }
+    };
+    let minted = mint(json!({"worker_id": "w2", "ttl": "10m"})).await;
+    assert_eq!(minted.status, 200, "{}", minted.body);
+    assert_schema("WorkerToken", &minted.body);
+    assert_eq!(
+        minted.body["scopes"],
+        json!(["worker:heartbeat", "worker:lease"])
+    );
+    let token = minted.body["token"].as_str().unwrap().to_owned();
+    let beat = json!({"hostname": "w2-host", "status": "online", "providers": ["mock"],
+                      "capabilities": ["spawn"], "capacity": {"max_sandboxes": 2}});
+    let heartbeat = |id: &'static str, headers: Vec<(&'static str, String)>| {
+        let server = &server;
+        let beat = beat.clone();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            server
+                .call_as(
+                    &headers,
+                    Method::POST,
+                    &format!("/worker/{id}/heartbeat"),
+                    Some(beat),
+                )
+                .await
+        }
+    };
+    let ok = heartbeat(
+        "w2",
+        vec![
+            ("X-Worker-ID", "w2".into()),
+            ("X-Worker-Token", token.clone()),
+        ],
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.body["hostname"], "w2-host");
+    // The header must name the worker in the path; the token must be the worker's.
+    heartbeat(
+        "w2",
+        vec![
+            ("X-Worker-ID", "w3".into()),
+            ("X-Worker-Token", token.clone()),
+        ],
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    heartbeat(
+        "w3",
+        vec![
+            ("X-Worker-ID", "w3".into()),
+            ("X-Worker-Token", token.clone()),
+        ],
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    heartbeat("w2", vec![("X-Worker-ID", "w2".into())])
+        .await
+        .assert_error(401, "unauthorized");
+    // API keys are not worker credentials.
+    heartbeat(
+        "w2",
+        vec![
+            ("X-Worker-ID", "w2".into()),
+            ("X-Admin-API-Key", ADMIN_KEY.into()),
+        ],
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    // A token without the heartbeat scope.
+    let lease_only = mint(json!({"worker_id": "w2", "scopes": ["worker:lease"]})).await;
+    let lease_token = lease_only.body["token"].as_str().unwrap().to_owned();
+    heartbeat(
+        "w2",
+        vec![
+            ("X-Worker-ID", "w2".into()),
+            ("X-Worker-Token", lease_token),
+        ],
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    // Static and shared tokens.
+    let static_ok = heartbeat(
+        "w1",
+        vec![
+            ("X-Worker-ID", "w1".into()),
+            ("X-Worker-Token", "static-token-w1".into()),
+        ],
+    )
+    .await;
+    assert_eq!(static_ok.status, 200);
+    heartbeat(
+        "w2",
+        vec![
+            ("X-Worker-ID", "w2".into()),
+            ("X-Worker-Token", "static-token-w1".into()),
+        ],
+    )
+    .await
+    .assert_error(401, "unauthorized");
+    let shared_ok = heartbeat(
+        "w5",
+        vec![
+            ("X-Worker-ID", "w5".into()),
+            ("X-Worker-Token", "shared-staging-token".into()),
+        ],
+    )
+    .await;
+    assert_eq!(shared_ok.status, 200);
+    // Minting: admin only, worker: scopes only, at most 24h.
+    for (body, field) in [
+        (json!({"worker_id": "w2", "scopes": ["admin"]}), "scopes"),
+        (json!({"worker_id": "w2", "ttl": "25h"}), "ttl"),
+        (json!({"worker_id": "a b"}), "worker_id"),
+    ] {
+        let message = mint(body).await.assert_error(400, "bad_request");
+        assert!(message.contains(field), "{message}");
+    }
+    server
+        .call(
+            Method::POST,
+            "/admin/worker-tokens",
+            Some(json!({"worker_id": "w2"})),
+        )
+        .await
+        .assert_error(401, "unauthorized");
+    // The registry lists them all.
+    let listed = server.call_as(&admin, Method::GET, "/workers", None).await;
+    let ids: Vec<&str> = listed
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["local", "w1", "w2", "w5"]);
+    server.shutdown().await;
+
+    let unsigned = TestServer::start().await;
+    unsigned
+        .post("/admin/worker-tokens", json!({"worker_id": "w2"}))
+        .await
+        .assert_error(503, "unavailable");
+    unsigned.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_worker_renews_only_leases_it_holds() {
+    let server = server_with_worker_auth().await;
+    let admin = [("X-Admin-API-Key", ADMIN_KEY)];
+    let sandbox = server
+        .call_as(&admin, Method::POST, "/sandboxes", Some(json!({})))
+        .await;
+    let id = sandbox.body["id"].as_str().unwrap().to_owned();
+    let creds = as_worker("w1", "static-token-w1");
+    let message = server
+        .call_as(
+            &creds,
+            Method::POST,
+            &format!("/worker/w1/leases/{id}/renew"),
+            Some(json!({"ttl": "30s"})),
+        )
+        .await
+        .assert_error(409, "lease_conflict");
+    assert!(message.contains("local"), "{message}");
+    let store = second_store(&server).await;
+    let now = svc_core::Clock::now(server.clock.as_ref());
+    store
+        .acquire_lease("job-7", "w1", Duration::from_secs(10), now)
+        .await
+        .unwrap();
+    let renewed = server
+        .call_as(
+            &creds,
+            Method::POST,
+            "/worker/w1/leases/job-7/renew",
+            Some(json!({"ttl": "45s"})),
+        )
+        .await;
+    assert_eq!(renewed.status, 200, "{}", renewed.body);
+    assert_schema("LeaseBody", &renewed.body);
+    assert_eq!(renewed.body["lease"]["holder_id"], "w1");
+    assert_eq!(renewed.body["lease"]["generation"], 1);
+    // Past its expiry the lease is no longer the worker's to renew.
+    server.clock.advance(Duration::from_secs(46));
+    server
+        .call_as(
+            &creds,
+            Method::POST,
+            "/worker/w1/leases/job-7/renew",
+            Some(json!({})),
+        )
+        .await
+        .assert_error(409, "lease_conflict");
+    server
+        .call(
+            Method::POST,
+            "/worker/w1/leases/job-7/renew",
+            Some(json!({})),
+        )
+        .await
+        .assert_error(401, "unauthorized");
+    store.close().await;
+    server.shutdown().await;
+}
