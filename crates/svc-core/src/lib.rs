@@ -16,6 +16,7 @@ pub mod id;
 pub mod owner;
 pub mod path;
 pub mod quota;
+pub mod rpc;
 pub mod sandbox;
 pub mod template;
 pub mod worker;
