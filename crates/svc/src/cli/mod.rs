@@ -3,6 +3,7 @@
 mod config;
 mod openapi;
 mod serve;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = openapi::Format::Json)]
         format: openapi::Format,
     },
+    /// Runs a worker that reports to a control plane.
+    Worker(worker::WorkerArgs),
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -57,6 +60,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve::run(config.as_deref()),
         Command::Openapi { format } => openapi::run(format),
+        Command::Worker(args) => worker::run(args),
         Command::Config {
             command: ConfigCommand::Lint { config, production },
         } => config::lint(config.as_deref(), production),

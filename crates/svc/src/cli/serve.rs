@@ -52,7 +52,7 @@ async fn serve(config: svc_core::config::Config) -> anyhow::Result<()> {
 }
 
 /// SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -247,3 +247,235 @@ fn health_answers(port: u16) -> bool {
     let _ = stream.read_to_string(&mut response);
     response.starts_with("HTTP/1.1 200")
 }
+
+const WORKER_ADMIN_KEY: &str = "cli-admin-key-0123456789abcdef0123";
+
+/// `GET /api/v1/workers/{id}` as the admin; the body.
+fn worker_record(port: u16, id: &str) -> String {
+    raw_request(
+        port,
+        &format!("GET /api/v1/workers/{id}"),
+        &[("X-Admin-API-Key", WORKER_ADMIN_KEY)],
+    )
+}
+
+#[test]
+fn svc_worker_reports_in_mints_its_token_and_goes_offline_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = serve_in(dir.path(), port)
+        .env("SVC_AUTH__ENABLED", "true")
+        .env("SVC_AUTH__ADMIN_API_KEY", WORKER_ADMIN_KEY)
+        .env(
+            "SVC_AUTH__WORKER_SIGNING_KEY",
+            "cli-signing-key-0123456789abcdef0123",
+        )
+        .env("SVC_AUTH__WORKER_TOKEN", "cli-shared-token")
+        .spawn()
+        .unwrap();
+    wait_until_serving(port);
+    let url = format!("http://127.0.0.1:{port}");
+    // One heartbeat with the shared token.
+    let once = svc()
+        .args([
+            "worker",
+            "--control-plane",
+            &url,
+            "--id",
+            "w-once",
+            "--token",
+            "cli-shared-token",
+            "--once",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        once.status.success(),
+        "{}",
+        String::from_utf8_lossy(&once.stderr)
+    );
+    assert!(worker_record(port, "w-once").contains("\"status\":\"online\""));
+    // A wrong token is refused, and says so.
+    let refused = svc()
+        .args([
+            "worker",
+            "--control-plane",
+            &url,
+            "--id",
+            "w-bad",
+            "--token",
+            "nope",
+            "--once",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("401"));
+    // A long-running worker that mints its own token from the bootstrap admin key.
+    let worker = svc()
+        .args([
+            "worker",
+            "--control-plane",
+            &url,
+            "--id",
+            "w-boot",
+            "--bootstrap-admin-key",
+            WORKER_ADMIN_KEY,
+        ])
+        .env("SVC_WORKER__HEARTBEAT_INTERVAL", "100ms")
+        .env("SVC_WORKER__STALE_AFTER", "1s")
+        .env("SVC_WORKER__LEASE_TTL", "1s")
+        .env("SVC_WORKER__RPC_TLS__ENABLED", "false")
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !worker_record(port, "w-boot").contains("\"status\":\"online\"") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never reported in"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let stopped = stop(worker);
+    assert!(
+        stopped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let record = worker_record(port, "w-boot");
+    assert!(record.contains("\"status\":\"offline\""), "{record}");
+    assert!(record.contains("\"url\":\"http://"), "{record}");
+    stop(server);
+}
+
+/// `METHOD path` with a JSON body over a plain socket: the status and the JSON body.
+fn call_json(port: u16, request_line: &str, body: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let request = format!(
+        "{request_line} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let json = response
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (status, json)
+}
+
+/// Whether the docker CLI reaches an engine; loud when it may not be skipped.
+fn docker_cli_answers() -> bool {
+    let answers = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !answers {
+        assert!(
+            std::env::var_os("SVC_TEST_REQUIRE_DOCKER").is_none()
+                && std::env::var_os("CI").is_none(),
+            "the Docker engine is required here but does not answer"
+        );
+        eprintln!("SKIPPED (loudly): the docker part of this test; no engine answers");
+    }
+    answers
+}
+
+fn containers_of(sandbox_id: &str) -> String {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=dev.svc.sandbox_id={sandbox_id}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_server_killed_with_sigkill_heals_at_the_next_start() {
+    let docker = docker_cli_answers();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let start = || {
+        let child = serve_in(dir.path(), port)
+            .env("SVC_PROVIDERS__DOCKER__ENABLED", docker.to_string())
+            .spawn()
+            .unwrap();
+        wait_until_serving(port);
+        child
+    };
+    let spawn = |body: &str| {
+        let (status, sandbox) = call_json(port, "POST /api/v1/sandboxes", body);
+        assert_eq!(status, 201, "{sandbox}");
+        sandbox["id"].as_str().unwrap().to_owned()
+    };
+    let server = start();
+    let kept = spawn(r#"{"provider": "mock"}"#);
+    let lost = spawn(r#"{"provider": "mock"}"#);
+    let in_docker =
+        docker.then(|| spawn(r#"{"provider": "docker", "image": "svc-test-busybox:latest"}"#));
+    // SIGKILL: no shutdown, no checkpoint, no offline record.
+    let mut server = server;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // One runtime disappears while svc is down.
+    let root = dir.path().join("mock");
+    std::fs::remove_dir_all(root.join(&lost)).unwrap();
+    std::fs::remove_file(root.join(format!("{lost}.json"))).unwrap();
+    let server = start();
+    let get = |id: &str| call_json(port, &format!("GET /api/v1/sandboxes/{id}"), "").1;
+    assert_eq!(get(&kept)["state"], "running");
+    let vanished = get(&lost);
+    assert_eq!(vanished["state"], "destroyed", "{vanished}");
+    assert_eq!(vanished["state_reason"], "runtime_vanished");
+    if let Some(id) = &in_docker {
+        assert_eq!(get(id)["state"], "running");
+        assert!(!containers_of(id).is_empty());
+    }
+    // Everything still works and nothing leaks: destroy the rest.
+    for id in std::iter::once(&kept).chain(in_docker.iter()) {
+        let (status, body) = call_json(port, &format!("DELETE /api/v1/sandboxes/{id}"), "");
+        assert_eq!(status, 200, "{body}");
+    }
+    let (_, active) = call_json(port, "GET /api/v1/sandboxes", "");
+    assert_eq!(active, serde_json::json!([]));
+    let runtimes: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(Result::ok)
+        .collect();
+    assert!(runtimes.is_empty(), "no mock runtime is left: {runtimes:?}");
+    if let Some(id) = &in_docker {
+        assert_eq!(containers_of(id), "", "no container is left");
+    }
+    let output = stop(server);
+    assert!(output.status.success());
+    // No lease is left active.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use svc_store::Store;
+        let store = svc_store::sqlite::SqliteStore::open(dir.path().join("svc.db"))
+            .await
+            .unwrap();
+        let counts = store.lease_counts(chrono::Utc::now()).await.unwrap();
+        assert_eq!(counts.active, 0, "{counts:?}");
+        assert!(counts.total >= 2);
+        store.close().await;
+    });
+}
