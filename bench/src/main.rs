@@ -8,6 +8,7 @@
 mod docker;
 mod exec;
 mod governance;
+mod leases;
 mod load;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,8 @@ enum Scenario {
     Quotas(governance::QuotaArgs),
     /// Destroy → queued spawn answered, on a server with max_sandboxes 1 in queue mode.
     QueueWakeup(governance::WakeupArgs),
+    /// Lease acquire and renew operations per second on SQLite (no server needed).
+    Leases(leases::LeaseArgs),
 }
 
 #[tokio::main]
@@ -57,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Docker(docker) => docker::run(&args.url, &docker).await,
         Scenario::Quotas(quotas) => governance::save_quotas(&args.url, &quotas).await,
         Scenario::QueueWakeup(wakeup) => governance::queue_wakeup(&args.url, &wakeup).await,
+        Scenario::Leases(leases) => leases::run(&leases).await,
     }
 }
 

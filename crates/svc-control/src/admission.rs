@@ -34,16 +34,27 @@ pub struct SchedulerStats {
 }
 
 impl ControlPlane {
-    /// The scheduler object. Until workers register (issue 10) the one eligible worker is this
-    /// process.
-    pub fn scheduler_stats(&self) -> SchedulerStats {
-        SchedulerStats {
+    /// The scheduler object. Spawns are placed on this worker (the local worker is chosen
+    /// whenever it runs the provider); `eligible_workers` counts the online, fresh workers of
+    /// the registry, this one always included.
+    pub async fn scheduler_stats(&self) -> Result<SchedulerStats, Error> {
+        let now = self.clock().now();
+        let window = self.config().worker.stale_after.as_std();
+        let others = self
+            .store()
+            .list_workers()
+            .await?
+            .into_iter()
+            .map(|w| w.with_staleness(now, window))
+            .filter(|w| w.id != self.worker_id() && w.status == WorkerStatus::Online && !w.stale)
+            .count();
+        Ok(SchedulerStats {
             queue: self.spawn_queue().stats(),
             admission_control: "worker_aware_local",
             worker_id: self.worker_id().to_owned(),
             selected_worker_id: self.worker_id().to_owned(),
-            eligible_workers: 1,
-        }
+            eligible_workers: 1 + u64::try_from(others).unwrap_or(0),
+        })
     }
 
     /// `POST /sandboxes/admission`: the decision a spawn with this body would get now. Validates

@@ -593,7 +593,13 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
     let admin = fx.admin();
     let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
     fx.wait_for("the second spawn to queue", || async {
-        fx.plane.scheduler_stats().queue.spawn_queue_depth == 1
+        fx.plane
+            .scheduler_stats()
+            .await
+            .unwrap()
+            .queue
+            .spawn_queue_depth
+            == 1
     })
     .await;
     fx.provider.set_spawn(SpawnFault::None);
@@ -605,7 +611,7 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
         .unwrap()
         .unwrap();
     assert_eq!(sandbox.state, SandboxState::Running);
-    let scheduler = fx.plane.scheduler_stats();
+    let scheduler = fx.plane.scheduler_stats().await.unwrap();
     let keys: Vec<String> = serde_json::to_value(&scheduler)
         .unwrap()
         .as_object()
@@ -638,6 +644,14 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
     keys.sort();
     assert_eq!(keys, expected, "interface.md's scheduler object");
     assert_eq!(scheduler.admission_control, "worker_aware_local");
+    assert_eq!(
+        (
+            scheduler.worker_id.as_str(),
+            scheduler.selected_worker_id.as_str(),
+            scheduler.eligible_workers
+        ),
+        ("local", "local", 1)
+    );
     let stats = scheduler.queue;
     assert_eq!(
         (
@@ -666,12 +680,24 @@ async fn a_caller_that_goes_away_while_queued_leaves_the_queue_and_spawns_nothin
     let admin = fx.admin();
     let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
     fx.wait_for("the spawn to queue", || async {
-        fx.plane.scheduler_stats().queue.spawn_queue_depth == 1
+        fx.plane
+            .scheduler_stats()
+            .await
+            .unwrap()
+            .queue
+            .spawn_queue_depth
+            == 1
     })
     .await;
     queued.abort();
     fx.wait_for("the queue to empty", || async {
-        fx.plane.scheduler_stats().queue.spawn_queue_depth == 0
+        fx.plane
+            .scheduler_stats()
+            .await
+            .unwrap()
+            .queue
+            .spawn_queue_depth
+            == 0
     })
     .await;
     fx.plane
