@@ -7,6 +7,7 @@ mod admission;
 pub mod events;
 mod exec;
 mod files;
+mod held_leases;
 pub mod identity;
 mod plane;
 mod principal;

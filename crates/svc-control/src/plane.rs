@@ -41,6 +41,7 @@ pub(crate) struct Inner {
     pub(crate) hostname: String,
     pub(crate) installation_id: String,
     pub(crate) worker_tokens: crate::identity::WorkerTokens,
+    pub(crate) held_leases: crate::held_leases::HeldLeases,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -77,6 +78,7 @@ impl ControlPlane {
                 hostname: crate::workers::host_name(),
                 installation_id: parts.installation_id,
                 worker_tokens,
+                held_leases: crate::held_leases::HeldLeases::default(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),

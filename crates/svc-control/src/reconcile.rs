@@ -134,7 +134,10 @@ impl ControlPlane {
             )
             .await;
         match acquired {
-            Ok(LeaseAcquire::Acquired(_)) => true,
+            Ok(LeaseAcquire::Acquired(lease)) => {
+                self.inner.held_leases.record(id.as_str(), lease.expires_at);
+                true
+            }
             Ok(LeaseAcquire::Held(_)) => {
                 report.fenced += 1;
                 false
@@ -231,6 +234,7 @@ impl ControlPlane {
             .await;
         match ended {
             Ok(Some(ended)) => {
+                self.inner.held_leases.forget(ended.id.as_str());
                 report.marked_destroyed += 1;
                 self.spawn_queue().capacity_changed();
                 self.publish_reconcile(&ended, "marked_destroyed");

@@ -185,20 +185,35 @@ impl ControlPlane {
         }
     }
 
-    /// Takes (or keeps) this worker's lease on `sandbox`; 409 `lease_conflict` when another
-    /// worker holds it unexpired.
+    /// Makes sure this worker holds `sandbox`'s lease for the change about to happen; 409
+    /// `lease_conflict` when another worker holds it unexpired. A lease already ours with at
+    /// least half its TTL left needs no write: nobody else can take it before it lapses, and
+    /// the heartbeat renews it meanwhile. Otherwise it is acquired (one write).
     async fn hold_lease(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        let now = self.clock().now();
+        let ttl = self.config().worker.lease_ttl.as_std();
+        let held = &self.inner.held_leases;
+        if held.held_past(sandbox.id.as_str(), add_duration(now, ttl / 2)) {
+            return Ok(());
+        }
+        if let Some(lease) = self.store().get_lease(sandbox.id.as_str()).await? {
+            let ours = lease.holder_id == self.worker_id();
+            if !ours && lease.active_at(now) {
+                return Err(lease_conflict(sandbox, lease));
+            }
+            if ours && lease.expires_at > add_duration(now, ttl / 2) {
+                return Ok(());
+            }
+        }
         let acquired = self
             .store()
-            .acquire_lease(
-                sandbox.id.as_str(),
-                self.worker_id(),
-                self.config().worker.lease_ttl.as_std(),
-                self.clock().now(),
-            )
+            .acquire_lease(sandbox.id.as_str(), self.worker_id(), ttl, now)
             .await?;
         match acquired {
-            LeaseAcquire::Acquired(_) => Ok(()),
+            LeaseAcquire::Acquired(lease) => {
+                held.record(sandbox.id.as_str(), lease.expires_at);
+                Ok(())
+            }
             LeaseAcquire::Held(lease) => Err(lease_conflict(sandbox, lease)),
         }
     }
@@ -206,6 +221,13 @@ impl ControlPlane {
     /// 409 `lease_conflict` when another worker holds `sandbox`'s lease unexpired (a read: the
     /// runtime operations that do not end the sandbox need no lease of their own).
     async fn check_not_fenced(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        if self
+            .inner
+            .held_leases
+            .held_past(sandbox.id.as_str(), self.clock().now())
+        {
+            return Ok(());
+        }
         match self.store().get_lease(sandbox.id.as_str()).await? {
             Some(lease)
                 if lease.holder_id != self.worker_id() && lease.active_at(self.clock().now()) =>
@@ -231,6 +253,7 @@ impl ControlPlane {
         let Some(destroyed) = ended else {
             return Ok(false);
         };
+        self.inner.held_leases.forget(destroyed.id.as_str());
         self.spawn_queue().capacity_changed();
         self.events().publish(
             Some(&destroyed.id),

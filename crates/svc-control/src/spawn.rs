@@ -315,6 +315,10 @@ impl ControlPlane {
             )
             .await?;
         Ok(if admission.allowed {
+            self.inner.held_leases.record(
+                sandbox.id.as_str(),
+                add_duration(sandbox.created_at, self.config().worker.lease_ttl.as_std()),
+            );
             Ok(sandbox)
         } else {
             Err(admission)
@@ -515,6 +519,7 @@ impl ControlPlane {
             .await
         {
             Ok(Some(ended)) => {
+                self.inner.held_leases.forget(ended.id.as_str());
                 self.spawn_queue().capacity_changed();
                 let mut data = sandbox_event_data(&ended);
                 data.error = Some(message.to_owned());

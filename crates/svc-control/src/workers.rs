@@ -72,10 +72,12 @@ impl ControlPlane {
             )
             .await?;
         let lease_ttl = self.config().worker.lease_ttl.as_std();
-        Ok(self
+        let renewed = self
             .store()
             .renew_leases_held_by(self.worker_id(), lease_ttl, now)
-            .await?)
+            .await?;
+        self.inner.held_leases.renewed(now, lease_ttl);
+        Ok(renewed)
     }
 
     /// Records this worker `offline` (shutdown).

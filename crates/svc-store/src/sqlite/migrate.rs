@@ -28,6 +28,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../../migrations/sqlite/0005_installation.sql"),
     ),
+    (
+        6,
+        include_str!("../../migrations/sqlite/0006_leases_without_holder_index.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

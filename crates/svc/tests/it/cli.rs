@@ -271,6 +271,8 @@ fn svc_worker_reports_in_mints_its_token_and_goes_offline_on_sigterm() {
             "cli-signing-key-0123456789abcdef0123",
         )
         .env("SVC_AUTH__WORKER_TOKEN", "cli-shared-token")
+        // Minted tokens live 2s: the worker must refresh them to keep heartbeating.
+        .env("SVC_AUTH__WORKER_TOKEN_TTL", "2s")
         .spawn()
         .unwrap();
     wait_until_serving(port);
@@ -340,6 +342,20 @@ fn svc_worker_reports_in_mints_its_token_and_goes_offline_on_sigterm() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // Well past the first token's lifetime, heartbeats still arrive.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let heartbeat_of = |record: &str| {
+        let at = record.find("\"last_heartbeat\":\"").unwrap() + 18;
+        let end = at + record[at..].find('"').unwrap();
+        record[at..end].to_owned()
+    };
+    let before = heartbeat_of(&worker_record(port, "w-boot"));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let after = heartbeat_of(&worker_record(port, "w-boot"));
+    assert_ne!(
+        before, after,
+        "the worker refreshed its token and kept heartbeating"
+    );
     let stopped = stop(worker);
     assert!(
         stopped.status.success(),
