@@ -248,6 +248,22 @@ fn health_answers(port: u16) -> bool {
     response.starts_with("HTTP/1.1 200")
 }
 
+/// `svc worker --once` against `url` as `id` with `token`.
+fn worker_once(url: &str, id: &str, token: &str) -> Command {
+    let mut command = svc();
+    command.args([
+        "worker",
+        "--control-plane",
+        url,
+        "--id",
+        id,
+        "--token",
+        token,
+        "--once",
+    ]);
+    command
+}
+
 const WORKER_ADMIN_KEY: &str = "cli-admin-key-0123456789abcdef0123";
 
 /// `GET /api/v1/workers/{id}` as the admin; the body.
@@ -278,17 +294,7 @@ fn svc_worker_reports_in_mints_its_token_and_goes_offline_on_sigterm() {
     wait_until_serving(port);
     let url = format!("http://127.0.0.1:{port}");
     // One heartbeat with the shared token.
-    let once = svc()
-        .args([
-            "worker",
-            "--control-plane",
-            &url,
-            "--id",
-            "w-once",
-            "--token",
-            "cli-shared-token",
-            "--once",
-        ])
+    let once = worker_once(&url, "w-once", "cli-shared-token")
         .current_dir(dir.path())
         .output()
         .unwrap();
@@ -298,18 +304,30 @@ fn svc_worker_reports_in_mints_its_token_and_goes_offline_on_sigterm() {
         String::from_utf8_lossy(&once.stderr)
     );
     assert!(worker_record(port, "w-once").contains("\"status\":\"online\""));
+    // With worker RPC TLS on, the worker advertises an https URL; half a TLS pair is refused.
+    let tls = worker_once(&url, "w-tls", "cli-shared-token")
+        .env("SVC_WORKER__RPC_TLS__ENABLED", "true")
+        .env("SVC_WORKER__RPC_TLS__SERVER_CERT_FILE", "cert.pem")
+        .env("SVC_WORKER__RPC_TLS__SERVER_KEY_FILE", "key.pem")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        tls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tls.stderr)
+    );
+    assert!(worker_record(port, "w-tls").contains("\"url\":\"https://"));
+    let half = worker_once(&url, "w-half", "cli-shared-token")
+        .env("SVC_WORKER__RPC_TLS__ENABLED", "true")
+        .env("SVC_WORKER__RPC_TLS__SERVER_CERT_FILE", "cert.pem")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!half.status.success());
+    assert!(String::from_utf8_lossy(&half.stderr).contains("worker.rpc_tls.server_key_file"));
     // A wrong token is refused, and says so.
-    let refused = svc()
-        .args([
-            "worker",
-            "--control-plane",
-            &url,
-            "--id",
-            "w-bad",
-            "--token",
-            "nope",
-            "--once",
-        ])
+    let refused = worker_once(&url, "w-bad", "nope")
         .current_dir(dir.path())
         .output()
         .unwrap();
