@@ -57,31 +57,6 @@ pub(crate) struct WakeupArgs {
     iterations: usize,
 }
 
-async fn spawn(client: &reqwest::Client, base: &str) -> anyhow::Result<String> {
-    let response = client
-        .post(format!("{base}/api/v1/sandboxes"))
-        .header("content-type", "application/json")
-        .body(r#"{"provider":"mock"}"#)
-        .send()
-        .await?;
-    if response.status() != 201 {
-        bail!("spawn: {}", response.status());
-    }
-    let body: serde_json::Value = response.json().await?;
-    Ok(body["id"].as_str().context("spawn without id")?.to_owned())
-}
-
-async fn destroy(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<()> {
-    let response = client
-        .delete(format!("{base}/api/v1/sandboxes/{id}"))
-        .send()
-        .await?;
-    if !response.status().is_success() {
-        bail!("destroy: {}", response.status());
-    }
-    Ok(())
-}
-
 /// Needs a server with `defaults.max_sandboxes: 1` and `defaults.spawn_overflow: queue`. Each
 /// round: one sandbox holds the capacity, a second spawn queues (seen through its
 /// `spawn.queued` event), the holder is destroyed, and the time from sending the destroy to
@@ -96,7 +71,7 @@ pub(crate) async fn queue_wakeup(base: &str, args: &WakeupArgs) -> anyhow::Resul
         bail!("events: {}", events.status());
     }
     let mut events = events.bytes_stream();
-    let mut holder = spawn(&client, base)
+    let mut holder = crate::load::spawn_mock(&client, base, None)
         .await
         .context("the first spawn failed; is svc running with max_sandboxes 1?")?;
     let mut wakeups = Vec::with_capacity(args.iterations);
@@ -105,7 +80,7 @@ pub(crate) async fn queue_wakeup(base: &str, args: &WakeupArgs) -> anyhow::Resul
         let waiter = {
             let (client, base) = (client.clone(), base.to_owned());
             tokio::spawn(async move {
-                let id = spawn(&client, &base).await;
+                let id = crate::load::spawn_mock(&client, &base, None).await;
                 (id, Instant::now())
             })
         };
@@ -119,14 +94,14 @@ pub(crate) async fn queue_wakeup(base: &str, args: &WakeupArgs) -> anyhow::Resul
             seen.push_str(&String::from_utf8_lossy(&chunk));
         }
         let sent = Instant::now();
-        destroy(&client, base, &holder).await?;
+        crate::load::destroy(&client, base, &holder, None).await?;
         let destroyed = sent.elapsed();
         let (id, answered) = waiter.await?;
         holder = id?;
         wakeups.push(u64::try_from((answered - sent).as_micros()).unwrap_or(u64::MAX));
         destroys.push(u64::try_from(destroyed.as_micros()).unwrap_or(u64::MAX));
     }
-    destroy(&client, base, &holder).await?;
+    crate::load::destroy(&client, base, &holder, None).await?;
     wakeups.sort_unstable();
     destroys.sort_unstable();
     println!(

@@ -60,28 +60,51 @@ async fn one(
             response.bytes().await?;
         }
         Kind::SpawnDestroy => {
-            let response = as_owner(client.post(format!("{base}/api/v1/sandboxes")), owner)
-                .header("content-type", "application/json")
-                .body(r#"{"provider":"mock"}"#)
-                .send()
-                .await?;
-            if response.status() != 201 {
-                bail!("spawn: {}", response.status());
-            }
-            let body: serde_json::Value = response.json().await?;
-            let id = body["id"].as_str().context("spawn response without id")?;
-            let response = as_owner(
-                client.delete(format!("{base}/api/v1/sandboxes/{id}")),
-                owner,
-            )
-            .send()
-            .await?;
-            if !response.status().is_success() {
-                bail!("destroy: {}", response.status());
-            }
-            response.bytes().await?;
+            let id = spawn_mock(client, base, owner).await?;
+            destroy(client, base, &id, owner).await?;
         }
     }
+    Ok(())
+}
+
+/// Spawns a mock sandbox (as `owner` when given); its ID.
+pub(crate) async fn spawn_mock(
+    client: &reqwest::Client,
+    base: &str,
+    owner: Option<&str>,
+) -> anyhow::Result<String> {
+    let response = as_owner(client.post(format!("{base}/api/v1/sandboxes")), owner)
+        .header("content-type", "application/json")
+        .body(r#"{"provider":"mock"}"#)
+        .send()
+        .await?;
+    if response.status() != 201 {
+        bail!("spawn: {}", response.status());
+    }
+    let body: serde_json::Value = response.json().await?;
+    Ok(body["id"]
+        .as_str()
+        .context("spawn response without id")?
+        .to_owned())
+}
+
+/// Destroys a sandbox.
+pub(crate) async fn destroy(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    owner: Option<&str>,
+) -> anyhow::Result<()> {
+    let response = as_owner(
+        client.delete(format!("{base}/api/v1/sandboxes/{id}")),
+        owner,
+    )
+    .send()
+    .await?;
+    if !response.status().is_success() {
+        bail!("destroy: {}", response.status());
+    }
+    response.bytes().await?;
     Ok(())
 }
 

@@ -2,6 +2,8 @@
 //! what a denied spawn does (wait in the spawn queue or fail with 429 `resource_limit`), and
 //! the events of both.
 
+use std::collections::HashMap;
+
 use svc_core::access::Action;
 use svc_core::admission::Admission;
 use svc_core::error::LimitReason;
@@ -109,19 +111,22 @@ impl ControlPlane {
         if offering.is_empty() {
             return Err(unknown);
         }
+        // One listing of what holds a runtime, counted per worker.
+        let mut active: HashMap<String, u64> = HashMap::new();
+        for sandbox in self
+            .store()
+            .list_sandboxes(&SandboxFilter::default())
+            .await?
+            .into_iter()
+            .filter(|s| s.state.holds_runtime())
+        {
+            *active
+                .entry(sandbox.worker_id.unwrap_or_default())
+                .or_default() += 1;
+        }
         let mut best: Option<(String, u64)> = None;
         for worker in &offering {
-            let active = self
-                .store()
-                .list_sandboxes(&SandboxFilter {
-                    worker_id: Some(worker.id.clone()),
-                    ..SandboxFilter::default()
-                })
-                .await?
-                .iter()
-                .filter(|s| s.state.holds_runtime())
-                .count();
-            let active = u64::try_from(active).unwrap_or(u64::MAX);
+            let active = active.get(&worker.id).copied().unwrap_or(0);
             let cap = worker.capacity.max_sandboxes;
             let free = if cap == 0 {
                 u64::MAX

@@ -163,8 +163,9 @@ impl RateLimiter {
             .sum()
     }
 
-    /// Whether `key` has a bucket now (tests: eviction).
-    pub fn has_bucket(&self, key: RateKey<'_>) -> bool {
+    /// Whether `key` has a bucket now.
+    #[cfg(test)]
+    fn has_bucket(&self, key: RateKey<'_>) -> bool {
         let digest = self.digest(key);
         self.shard(&digest).contains_key(&digest)
     }

@@ -5,6 +5,8 @@
 //!   store does not know (say, after restoring an older backup) is adopted when its lease can
 //!   be taken: recorded as a `running` sandbox of this worker (owner and tenant from
 //!   its labels, the default TTL from now), event `reconcile.action` `adopted_runtime`.
+//! - A runtime whose record has ended (a rollback or destroy whose removal had not succeeded
+//!   when the process stopped, or whose background retry gave up at shutdown) is removed.
 //! - A `running` record whose runtime is gone from its provider's inventory is ended as
 //!   `destroyed` with `state_reason: runtime_vanished` when its lease can be taken, event
 //!   `reconcile.action` `marked_destroyed` (and `sandbox.destroyed`).
@@ -43,6 +45,8 @@ pub struct ReconcileReport {
     pub adopted: usize,
     /// Records whose runtime had vanished, ended as `destroyed`.
     pub marked_destroyed: usize,
+    /// Runtimes removed because their record had already ended.
+    pub swept: usize,
     /// Changes another worker's lease kept us from making.
     pub fenced: usize,
 }
@@ -83,6 +87,18 @@ impl ControlPlane {
         for (provider, runtimes) in &inventories {
             let present: HashSet<&SandboxId> = runtimes.iter().map(|r| &r.sandbox_id).collect();
             for runtime in runtimes {
+                if records
+                    .get(&runtime.sandbox_id)
+                    .is_some_and(|r| r.state.has_ended())
+                {
+                    match provider.destroy(&runtime.sandbox_id).await {
+                        Ok(()) => report.swept += 1,
+                        Err(err) => {
+                            tracing::warn!(sandbox_id = %runtime.sandbox_id, error = %err, "reconciliation: removing an ended sandbox's runtime failed");
+                        }
+                    }
+                    continue;
+                }
                 if self.made_here(runtime)
                     && runtime.running
                     && !records.contains_key(&runtime.sandbox_id)
@@ -107,6 +123,7 @@ impl ControlPlane {
             tracing::info!(
                 adopted = report.adopted,
                 marked_destroyed = report.marked_destroyed,
+                swept = report.swept,
                 fenced = report.fenced,
                 "reconciled the store with the providers"
             );

@@ -1,19 +1,16 @@
 //! Crash safety of the spawn pipeline, run once at start-up before serving:
 //!
-//! - sandboxes this worker left in `creating` (the process died between the record and
-//!   `running`) are resolved against their provider: a runtime that exists and runs makes the
-//!   sandbox `running`; anything else is removed and the record ends as `error` with
-//!   `spawn_failed`. A record whose runtime cannot be checked or removed (provider down) stays
-//!   `creating` for the next start;
-//! - runtimes whose record has already ended (a rollback or destroy whose removal had not
-//!   succeeded when the process stopped) are removed.
-
-use std::collections::HashSet;
+//! sandboxes this worker left in `creating` (the process died between the record and `running`)
+//! are resolved against their provider: a runtime that exists and runs makes the sandbox
+//! `running`; anything else is removed and the record ends as `error` with `spawn_failed`. A
+//! record whose runtime cannot be checked or removed (provider down) stays `creating` for the
+//! next start. Runtimes whose record has already ended are removed by reconciliation, which
+//! runs right after (`reconcile.rs`).
 
 use svc_core::access::Action;
 use svc_core::event::EventPayload;
 use svc_core::sandbox::{Sandbox, SandboxState};
-use svc_core::{Capability, Error, SandboxId};
+use svc_core::Error;
 use svc_provider::RuntimeStatus;
 use svc_store::{SandboxFilter, StateFilter};
 
@@ -31,8 +28,6 @@ pub struct RecoveryReport {
     pub failed: usize,
     /// Left `creating`: the provider could not be asked or could not remove the runtime.
     pub unresolved: usize,
-    /// Runtimes removed because their record had already ended.
-    pub swept: usize,
 }
 
 enum Resolution {
@@ -42,8 +37,8 @@ enum Resolution {
 }
 
 impl ControlPlane {
-    /// Resolves this worker's `creating` records and removes runtimes of ended ones; call once
-    /// at start-up, before serving, as [`Principal::system`].
+    /// Resolves this worker's `creating` records; call once at start-up, before serving (and
+    /// before reconciliation), as [`Principal::system`].
     pub async fn recover_interrupted_spawns(
         &self,
         principal: &Principal,
@@ -66,70 +61,16 @@ impl ControlPlane {
                 Resolution::Unresolved => report.unresolved += 1,
             }
         }
-        report.swept = self.sweep_ended_runtimes().await;
-        if report.found > 0 || report.swept > 0 {
+        if report.found > 0 {
             tracing::info!(
                 found = report.found,
                 resumed = report.resumed,
                 failed = report.failed,
                 unresolved = report.unresolved,
-                swept = report.swept,
                 "recovered spawns interrupted by a restart"
             );
         }
         Ok(report)
-    }
-
-    /// Removes runtimes whose sandbox record has ended. Runtimes the store does not know are
-    /// left alone (reconciliation adopts them). The ended records are read in one listing, not
-    /// one lookup per runtime.
-    async fn sweep_ended_runtimes(&self) -> usize {
-        let mut inventories = Vec::new();
-        for provider in self.providers().all_for_cleanup() {
-            if !provider
-                .capabilities()
-                .contains(&Capability::RuntimeInventory)
-            {
-                continue;
-            }
-            match provider.inventory().await {
-                Ok(runtimes) if !runtimes.is_empty() => inventories.push((provider, runtimes)),
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::warn!(provider = provider.name(), error = %err, "listing runtimes at start-up failed");
-                }
-            }
-        }
-        if inventories.is_empty() {
-            return 0;
-        }
-        let everything = SandboxFilter {
-            state: StateFilter::All,
-            ..SandboxFilter::default()
-        };
-        let ended: HashSet<SandboxId> = match self.store().list_sandboxes(&everything).await {
-            Ok(records) => records
-                .into_iter()
-                .filter(|r| r.state.has_ended())
-                .map(|r| r.id)
-                .collect(),
-            Err(err) => {
-                tracing::warn!(error = %err, "listing sandboxes for the start-up sweep failed");
-                return 0;
-            }
-        };
-        let mut swept = 0;
-        for (provider, runtimes) in inventories {
-            for runtime in runtimes.iter().filter(|r| ended.contains(&r.sandbox_id)) {
-                match provider.destroy(&runtime.sandbox_id).await {
-                    Ok(()) => swept += 1,
-                    Err(err) => {
-                        tracing::warn!(sandbox_id = %runtime.sandbox_id, error = %err, "removing an ended sandbox's runtime failed");
-                    }
-                }
-            }
-        }
-        swept
     }
 
     async fn resolve_interrupted(&self, sandbox: &Sandbox) -> Resolution {

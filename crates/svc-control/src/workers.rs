@@ -18,7 +18,7 @@ use crate::{ControlPlane, Principal};
 const LOCAL_CAPABILITIES: [&str; 5] = ["api", "single_node", "spawn", "exec", "files"];
 
 /// The host's name, read once (`/proc`, else `HOSTNAME`, else `localhost`).
-pub(crate) fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
@@ -256,7 +256,7 @@ const MAX_LEASE_TTL: svc_core::GoDuration = svc_core::GoDuration::from_secs(24 *
 
 /// Worker IDs follow the owner-ID rules: 1..=128 characters, no whitespace, control characters
 /// or path separators.
-pub(crate) fn check_worker_id(id: &str) -> Result<(), Error> {
+pub fn check_worker_id(id: &str) -> Result<(), Error> {
     svc_core::OwnerId::parse(id)
         .map(|_| ())
         .map_err(|e| Error::invalid("workerID", e.to_string().replace("owner id", "worker id")))

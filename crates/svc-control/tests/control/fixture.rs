@@ -423,11 +423,37 @@ impl Fixture {
     }
 
     /// What start-up recovery does on a restarted control plane.
-    pub async fn recover_after_restart(&self) -> svc_control::RecoveryReport {
-        self.restarted(false)
+    /// A restart as the server does it: recovery, then reconciliation.
+    pub async fn recover_after_restart(
+        &self,
+    ) -> (svc_control::RecoveryReport, svc_control::ReconcileReport) {
+        let plane = self.restarted(false);
+        let recovered = plane
             .recover_interrupted_spawns(&Principal::system())
             .await
+            .unwrap();
+        let reconciled = plane.reconcile(&Principal::system()).await.unwrap();
+        (recovered, reconciled)
+    }
+
+    /// Spawns with every default in a task of its own.
+    pub fn spawn_in_background(&self) -> tokio::task::JoinHandle<Result<Sandbox, svc_core::Error>> {
+        let (plane, admin) = (self.plane.clone(), self.admin());
+        tokio::spawn(async move {
+            plane
+                .spawn_sandbox(&admin, svc_core::sandbox::SpawnRequest::default())
+                .await
+        })
+    }
+
+    /// Spawns waiting in the queue now.
+    pub async fn queue_depth(&self) -> usize {
+        self.plane
+            .scheduler_stats()
+            .await
             .unwrap()
+            .queue
+            .spawn_queue_depth
     }
 
     fn plane_over(

@@ -205,8 +205,12 @@ async fn a_runtime_that_cannot_be_removed_yet_is_removed_in_the_background() {
     );
     assert_eq!(fx.runtimes(), vec![record.id.to_string()]);
     // A restart now does not bring the failed spawn back.
-    let report = fx.recover_after_restart().await;
-    assert_eq!((report.found, report.swept), (0, 0), "{report:?}");
+    let (recovered, reconciled) = fx.recover_after_restart().await;
+    assert_eq!(
+        (recovered.found, reconciled.swept),
+        (0, 0),
+        "{recovered:?} {reconciled:?}"
+    );
     // Once the provider answers again, the background removal finishes.
     *fx.provider.destroy_fails.lock().unwrap() = false;
     fx.wait_for("the background removal", || async {
@@ -244,8 +248,8 @@ async fn start_up_removes_runtimes_whose_record_has_ended() {
         .unwrap()
         .unwrap();
     let kept = fx.spawn().await.unwrap();
-    let report = fx.recover_after_restart().await;
-    assert_eq!(report.swept, 1, "{report:?}");
+    let (_, reconciled) = fx.recover_after_restart().await;
+    assert_eq!(reconciled.swept, 1, "{reconciled:?}");
     assert_eq!(
         fx.runtimes(),
         vec![kept.id.to_string()],
@@ -584,22 +588,12 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
     .await;
     let mut events = fx.events();
     fx.provider.set_spawn(SpawnFault::Hang);
-    let plane = fx.plane.clone();
-    let admin = fx.admin();
-    let failing = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
+    let failing = fx.spawn_in_background();
     fx.wait_for_first_record("the hanging spawn's record", SandboxState::Creating)
         .await;
-    let plane = fx.plane.clone();
-    let admin = fx.admin();
-    let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
+    let queued = fx.spawn_in_background();
     fx.wait_for("the second spawn to queue", || async {
-        fx.plane
-            .scheduler_stats()
-            .await
-            .unwrap()
-            .queue
-            .spawn_queue_depth
-            == 1
+        fx.queue_depth().await == 1
     })
     .await;
     fx.provider.set_spawn(SpawnFault::None);
@@ -676,28 +670,14 @@ async fn a_caller_that_goes_away_while_queued_leaves_the_queue_and_spawns_nothin
     })
     .await;
     let holder = fx.spawn().await.unwrap();
-    let plane = fx.plane.clone();
-    let admin = fx.admin();
-    let queued = tokio::spawn(async move { plane.spawn_sandbox(&admin, request()).await });
+    let queued = fx.spawn_in_background();
     fx.wait_for("the spawn to queue", || async {
-        fx.plane
-            .scheduler_stats()
-            .await
-            .unwrap()
-            .queue
-            .spawn_queue_depth
-            == 1
+        fx.queue_depth().await == 1
     })
     .await;
     queued.abort();
     fx.wait_for("the queue to empty", || async {
-        fx.plane
-            .scheduler_stats()
-            .await
-            .unwrap()
-            .queue
-            .spawn_queue_depth
-            == 0
+        fx.queue_depth().await == 0
     })
     .await;
     fx.plane

@@ -87,8 +87,7 @@ struct Worker {
 }
 
 async fn work(args: WorkerArgs, config: Config) -> anyhow::Result<()> {
-    svc_core::OwnerId::parse(&args.id)
-        .map_err(|e| anyhow::anyhow!("--id: {}", e.to_string().replace("owner id", "worker id")))?;
+    svc_control::workers::check_worker_id(&args.id).map_err(|e| anyhow::anyhow!("--id: {e}"))?;
     let credential = match (args.token, args.bootstrap_admin_key) {
         (Some(token), None) => Credential::Fixed(token),
         (None, Some(admin_key)) => Credential::Minted {
@@ -150,9 +149,7 @@ impl Worker {
         } else {
             "http"
         };
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "localhost".to_owned());
+        let host = svc_control::workers::host_name();
         WorkerHeartbeat {
             url: Some(format!("{scheme}://{host}:{}", config.server.port)),
             hostname: host,
