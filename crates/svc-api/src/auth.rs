@@ -1,13 +1,18 @@
-//! Authentication of every API request, once, before its handler: the credentials become a
-//! [`Principal`] stored in the request's extensions, where the `Caller` extractor finds it.
-//! Probes (`/health`, `/live`, `/ready`) are always open; `/admin/*` routes additionally need
-//! the admin permission (decisions §5). Credentials never reach a log or a response.
+//! Authentication of every API request, once, before its handler: the credentials (API keys or
+//! an OIDC bearer token) become a [`Principal`] stored in the request's extensions, where the
+//! `Caller` extractor finds it. Probes (`/health`, `/live`, `/ready`) are always open;
+//! `/admin/*` routes additionally need the admin permission, or for a tenant's own members,
+//! policies and audit the tenant-admin one (decisions §5). Every mutating admin request and
+//! quota change is written to the audit log here, whatever its outcome. Credentials never reach
+//! a log or a response.
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use svc_control::{Action, ControlPlane, Credentials};
+use svc_control::audit::AuditRecord;
+use svc_control::{Action, ControlPlane, Credentials, Principal};
+use svc_core::audit::AuditOutcome;
 use svc_core::{Error, OwnerId};
 
 use crate::ApiError;
@@ -21,13 +26,62 @@ pub(crate) static USER_ID_HEADER: HeaderName = HeaderName::from_static("x-user-i
 
 /// Routes that never need credentials.
 pub(crate) const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];
+pub(crate) const API_PREFIX: &str = "/api/v1";
 const ADMIN_PREFIX: &str = "/api/v1/admin/";
+const TENANTS_PREFIX: &str = "/api/v1/admin/tenants/";
 /// Worker routes authenticate with worker credentials, in their handlers.
 pub(crate) const WORKER_PREFIX: &str = "/api/v1/worker/";
+
+/// Audited routes (method, route template) and their action names; other mutating admin
+/// routes are audited as `METHOD /template`.
+const AUDITED: [(&str, &str, &str); 12] = [
+    ("POST", "/admin/tenants", "tenant.create"),
+    ("DELETE", "/admin/tenants/{tenantID}", "tenant.delete"),
+    (
+        "PUT",
+        "/admin/tenants/{tenantID}/members/{subject}",
+        "member.save",
+    ),
+    (
+        "DELETE",
+        "/admin/tenants/{tenantID}/members/{subject}",
+        "member.delete",
+    ),
+    (
+        "POST",
+        "/admin/tenants/{tenantID}/policies",
+        "policy.create",
+    ),
+    (
+        "PUT",
+        "/admin/tenants/{tenantID}/policies/{policyID}",
+        "policy.update",
+    ),
+    (
+        "DELETE",
+        "/admin/tenants/{tenantID}/policies/{policyID}",
+        "policy.delete",
+    ),
+    ("PUT", "/quotas/{ownerID}", "quota.save"),
+    ("DELETE", "/quotas/{ownerID}", "quota.delete"),
+    ("PUT", "/admin/quotas/{ownerID}", "quota.save"),
+    ("DELETE", "/admin/quotas/{ownerID}", "quota.delete"),
+    ("POST", "/admin/worker-tokens", "worker_token.issue"),
+];
 
 /// A header's text; a value that is not UTF-8 matches no key, so it reads as an empty one.
 fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).map(|v| v.to_str().unwrap_or(""))
+}
+
+/// The token of `Authorization: Bearer <token>`; other schemes are not ours.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 fn owner(headers: &HeaderMap) -> Result<Option<OwnerId>, Error> {
@@ -41,37 +95,208 @@ fn owner(headers: &HeaderMap) -> Result<Option<OwnerId>, Error> {
         .map_err(|e| Error::invalid("X-User-ID", format!("header invalid: {e}")))
 }
 
+/// The tenant of an `/admin/tenants/{tenantID}/...` path, and whether the path goes below the
+/// tenant itself (members, policies, audit: the tenant admin's routes).
+fn tenant_in_path(path: &str) -> Option<(&str, bool)> {
+    let rest = path.strip_prefix(TENANTS_PREFIX)?;
+    let (tenant, below) = rest.split_once('/').unwrap_or((rest, ""));
+    (!tenant.is_empty()).then_some((tenant, !below.is_empty()))
+}
+
+/// The audit action of a request, if it is audited: mutating admin routes and quota writes.
+fn audit_action(method: &Method, path: &str, template: Option<&str>) -> Option<String> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return None;
+    }
+    let template = template.and_then(|t| t.strip_prefix(API_PREFIX))?;
+    let named = AUDITED
+        .iter()
+        .find(|(m, t, _)| *m == method.as_str() && *t == template)
+        .map(|(_, _, action)| (*action).to_owned());
+    match named {
+        Some(action) => Some(action),
+        None if path.starts_with(ADMIN_PREFIX) => Some(format!("{method} {template}")),
+        None => None,
+    }
+}
+
+fn outcome(status: StatusCode) -> AuditOutcome {
+    match status {
+        s if s.is_success() => AuditOutcome::Success,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => AuditOutcome::Denied,
+        _ => AuditOutcome::Failure,
+    }
+}
+
 /// The middleware.
 pub(crate) async fn authenticate(
     State(plane): State<ControlPlane>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let path = request.uri().path();
-    if PROBES.contains(&path) || path.starts_with(WORKER_PREFIX) {
+    let path = request.uri().path().to_owned();
+    if PROBES.contains(&path.as_str()) || path.starts_with(WORKER_PREFIX) {
         return next.run(request).await;
     }
-    let admin_route = path.starts_with(ADMIN_PREFIX);
     let headers = request.headers();
     let credentials = Credentials {
         api_key: header(headers, &API_KEY_HEADER),
         admin_api_key: header(headers, &ADMIN_API_KEY_HEADER),
+        bearer: bearer(headers),
     };
     // Who is calling comes before what they asked: a bad X-User-ID from an unknown caller
     // is still a 401.
     let owner = owner(headers);
-    let principal = plane.authenticate(&credentials).and_then(|mut principal| {
-        principal.owner = owner?;
-        if admin_route {
-            plane.authorize(&principal, Action::UseAdminRoutes)?;
-        }
-        Ok(principal)
-    });
-    match principal {
-        Ok(principal) => {
+    let principal = match plane.authenticate(&credentials).await {
+        Ok(mut principal) => match owner {
+            Ok(owner) => {
+                principal.owner = owner;
+                principal
+            }
+            Err(err) => return ApiError(err).into_response(),
+        },
+        Err(err) => return ApiError(err).into_response(),
+    };
+    let template = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let audited = audit_action(request.method(), &path, template.as_deref());
+    let refused = authorize_route(
+        &plane,
+        &principal,
+        request.method(),
+        template.as_deref(),
+        &path,
+    )
+    .err();
+    // The audit entry needs the caller after the handler took it.
+    let auditor = audited.as_ref().map(|_| principal.clone());
+    let response = match refused {
+        Some(err) => ApiError(err).into_response(),
+        None => {
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
-        Err(err) => ApiError(err).into_response(),
+    };
+    if let (Some(action), Some(principal)) = (&audited, &auditor) {
+        audit(&plane, principal, action, &path, response.status()).await;
+    }
+    response
+}
+
+/// The route's permission (see [`crate::permissions`]), before any handler or extractor; for a
+/// tenant's own administration routes, also the tenant.
+fn authorize_route(
+    plane: &ControlPlane,
+    principal: &Principal,
+    method: &Method,
+    template: Option<&str>,
+    path: &str,
+) -> Result<(), Error> {
+    let action = template.map_or(Action::UseAdminRoutes, |t| {
+        crate::permissions::route_action(method, t)
+    });
+    match (action, tenant_in_path(path)) {
+        (Action::AdministerTenant, Some((tenant, _))) => plane.authorize_tenant(principal, tenant),
+        _ => plane.authorize(principal, action),
+    }
+}
+
+async fn audit(
+    plane: &ControlPlane,
+    principal: &Principal,
+    action: &str,
+    path: &str,
+    status: StatusCode,
+) {
+    let tenant_id = tenant_in_path(path).map_or(&*principal.tenant_id, |(t, _)| t);
+    let mut details = serde_json::Map::new();
+    details.insert("status".into(), status.as_u16().into());
+    plane
+        .record_audit(AuditRecord {
+            principal,
+            tenant_id,
+            action,
+            resource: path.strip_prefix(API_PREFIX).unwrap_or(path).to_owned(),
+            outcome: outcome(status),
+            details,
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenants_are_read_from_admin_paths() {
+        assert_eq!(
+            tenant_in_path("/api/v1/admin/tenants/acme/policies"),
+            Some(("acme", true))
+        );
+        assert_eq!(
+            tenant_in_path("/api/v1/admin/tenants/acme"),
+            Some(("acme", false))
+        );
+        assert_eq!(tenant_in_path("/api/v1/admin/tenants"), None);
+        assert_eq!(tenant_in_path("/api/v1/sandboxes"), None);
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_authorization_header() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Bearer abc.def.ghi".parse().unwrap());
+        assert_eq!(bearer(&headers), Some("abc.def.ghi"));
+        headers.insert(header::AUTHORIZATION, "bearer  xyz".parse().unwrap());
+        assert_eq!(bearer(&headers), Some("xyz"));
+        headers.insert(header::AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
+        assert_eq!(bearer(&headers), None);
+        headers.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&headers), None);
+    }
+
+    #[test]
+    fn mutating_admin_requests_and_quota_writes_are_audited() {
+        let post = Method::POST;
+        assert_eq!(
+            audit_action(
+                &post,
+                "/api/v1/admin/tenants",
+                Some("/api/v1/admin/tenants")
+            )
+            .as_deref(),
+            Some("tenant.create")
+        );
+        assert_eq!(
+            audit_action(
+                &Method::PUT,
+                "/api/v1/quotas/alice",
+                Some("/api/v1/quotas/{ownerID}")
+            )
+            .as_deref(),
+            Some("quota.save")
+        );
+        assert_eq!(
+            audit_action(
+                &post,
+                "/api/v1/admin/providers/test",
+                Some("/api/v1/admin/providers/test")
+            )
+            .as_deref(),
+            Some("POST /admin/providers/test")
+        );
+        assert_eq!(
+            audit_action(
+                &Method::GET,
+                "/api/v1/admin/tenants",
+                Some("/api/v1/admin/tenants")
+            ),
+            None
+        );
+        assert_eq!(
+            audit_action(&post, "/api/v1/sandboxes", Some("/api/v1/sandboxes")),
+            None
+        );
     }
 }

@@ -7,6 +7,7 @@ mod error;
 mod extract;
 mod observe;
 mod openapi;
+mod permissions;
 mod ratelimit;
 mod router;
 mod routes;

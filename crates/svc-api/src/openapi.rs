@@ -2,7 +2,9 @@
 //! every route is described from the day it lands. Served at `/api/v1/openapi.json` and
 //! `/api/v1/openapi.yaml`, and printed by `svc openapi`.
 
-use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::security::{
+    ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+};
 use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
@@ -22,6 +24,7 @@ use utoipa::{Modify, OpenApi};
         (name = "providers", description = "Providers, snapshots and the pool"),
         (name = "quotas", description = "Per-owner limits and usage"),
         (name = "workers", description = "The worker registry"),
+        (name = "tenants", description = "Tenants, members, policies and the audit log"),
         (name = "events", description = "Lifecycle events"),
         (name = "system", description = "Health and readiness"),
         (name = "admin", description = "Admin aliases; need the admin API key")
@@ -29,7 +32,7 @@ use utoipa::{Modify, OpenApi};
 )]
 pub(crate) struct ApiDoc;
 
-/// The API-key schemes (decisions §5), and 401/403 on every route but the probes. Applied to the
+/// The API-key and OIDC bearer schemes (decisions §5), and 401/403 on every route but the probes. Applied to the
 /// finished document (see [`crate::router::api_parts`]), since it walks every operation.
 pub(crate) struct ApiKeys;
 
@@ -57,9 +60,22 @@ impl Modify for ApiKeys {
                 "worker routes: a signed, static or shared worker token, with X-Worker-ID",
             ))),
         );
+        components.add_security_scheme(
+            "oidc_bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "an OIDC token of the auth.oidc_issuer (RS256, ES256, ES384, ES512);                          role from its groups and tenant memberships",
+                    ))
+                    .build(),
+            ),
+        );
         openapi.security = Some(vec![
             SecurityRequirement::new("api_key", Vec::<String>::new()),
             SecurityRequirement::new("admin_api_key", Vec::<String>::new()),
+            SecurityRequirement::new("oidc_bearer", Vec::<String>::new()),
         ]);
         for (path, item) in openapi.paths.paths.iter_mut() {
             let operations = [
@@ -84,8 +100,14 @@ impl Modify for ApiKeys {
                     continue;
                 }
                 for (status, description) in [
-                    ("401", "Authentication is on and no valid API key was sent"),
-                    ("403", "The key's role does not allow this route"),
+                    (
+                        "401",
+                        "Authentication is on and no valid API key or bearer token was sent",
+                    ),
+                    (
+                        "403",
+                        "The caller's role (or tenant) does not allow this route",
+                    ),
                 ] {
                     operation
                         .responses

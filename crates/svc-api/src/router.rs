@@ -27,6 +27,7 @@ fn api_router() -> OpenApiRouter<ControlPlane> {
         .merge(routes::providers::routes())
         .merge(routes::quotas::routes())
         .merge(routes::workers::routes())
+        .merge(routes::tenants::routes())
         .merge(routes::events::routes());
     OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
 }

@@ -94,6 +94,7 @@ pub enum ExecOutput {
 pub struct RunningExec {
     plane: ControlPlane,
     sandbox_id: SandboxId,
+    tenant_id: String,
     provider: String,
     form: ExecForm,
     output: Option<OutputStream>,
@@ -128,7 +129,7 @@ impl RunningExec {
         let data = event_data(self.form, &self.provider);
         self.plane
             .events()
-            .publish(Some(&self.sandbox_id), payload(data));
+            .publish_in(&self.tenant_id, Some(&self.sandbox_id), payload(data));
     }
 
     /// The next output chunk, or the ending (once); `None` after the ending.
@@ -252,6 +253,7 @@ impl Drop for RunningExec {
         let exit = self.exit.take();
         let plane = self.plane.clone();
         let sandbox_id = self.sandbox_id.clone();
+        let tenant_id = self.tenant_id.clone();
         let data = event_data(self.form, &self.provider);
         let started = self.started;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -269,9 +271,11 @@ impl Drop for RunningExec {
                 cancelled: true,
                 ..data
             };
-            plane
-                .events()
-                .publish(Some(&sandbox_id), EventPayload::ExecCompleted(data));
+            plane.events().publish_in(
+                &tenant_id,
+                Some(&sandbox_id),
+                EventPayload::ExecCompleted(data),
+            );
         });
     }
 }
@@ -353,8 +357,11 @@ impl ControlPlane {
             stdin: command.stdin,
         };
         let data = event_data(form, provider.name());
-        self.events()
-            .publish(Some(&sandbox.id), EventPayload::ExecStarted(data.clone()));
+        self.events().publish_in(
+            &sandbox.tenant_id,
+            Some(&sandbox.id),
+            EventPayload::ExecStarted(data.clone()),
+        );
         let session = match provider.exec(&sandbox.id, spec).await {
             Ok(session) => session,
             Err(err) => {
@@ -363,8 +370,11 @@ impl ControlPlane {
                     error: Some(err.public_message()),
                     ..data
                 };
-                self.events()
-                    .publish(Some(&sandbox.id), EventPayload::ExecFailed(data));
+                self.events().publish_in(
+                    &sandbox.tenant_id,
+                    Some(&sandbox.id),
+                    EventPayload::ExecFailed(data),
+                );
                 return Err(err);
             }
         };
@@ -372,6 +382,7 @@ impl ControlPlane {
         Ok(RunningExec {
             plane: self.clone(),
             sandbox_id: sandbox.id.clone(),
+            tenant_id: sandbox.tenant_id.clone(),
             provider: provider.name().to_owned(),
             form,
             output: Some(session.output),
@@ -484,6 +495,7 @@ mod tests {
         let mut running = RunningExec {
             plane: ControlPlane::for_tests().await,
             sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
+            tenant_id: "default".to_owned(),
             provider: "test".into(),
             form: ExecForm::Buffered,
             output: Some(Box::pin(futures::stream::pending())),

@@ -59,6 +59,13 @@ fn file_data(path: &SandboxPath, size: Option<u64>) -> FileEventData {
     }
 }
 
+/// The running sandbox a file operation acts on.
+struct FileTarget {
+    id: SandboxId,
+    tenant_id: String,
+    provider: std::sync::Arc<dyn Provider>,
+}
+
 impl ControlPlane {
     /// Maps a provider's file error: a missing path is 404, bad input 400, a failing backend
     /// 500 with `provider.failed`.
@@ -73,14 +80,14 @@ impl ControlPlane {
     }
 
     /// The running sandbox and its provider; callers authorize first.
-    async fn file_target(
-        &self,
-        principal: &Principal,
-        id: &str,
-    ) -> Result<(SandboxId, std::sync::Arc<dyn Provider>), Error> {
+    async fn file_target(&self, principal: &Principal, id: &str) -> Result<FileTarget, Error> {
         let sandbox = self.running_sandbox(principal, id).await?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Files)?;
-        Ok((sandbox.id, provider))
+        Ok(FileTarget {
+            id: sandbox.id,
+            tenant_id: sandbox.tenant_id,
+            provider,
+        })
     }
 
     /// `POST /files`: writes `content` (decoded) with `mode` (octal text, default 0644).
@@ -110,14 +117,19 @@ impl ControlPlane {
                 )
             }
         };
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            tenant_id,
+            provider,
+        } = self.file_target(principal, id).await?;
         let size = bytes.len() as u64;
         let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
         provider
             .write_file(&sandbox_id, &path, mode, stream)
             .await
             .map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e))?;
-        self.events().publish(
+        self.events().publish_in(
+            &tenant_id,
             Some(&sandbox_id),
             EventPayload::FileWritten(file_data(&path, Some(size))),
         );
@@ -133,12 +145,17 @@ impl ControlPlane {
     ) -> Result<ByteStream, Error> {
         self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            tenant_id,
+            provider,
+        } = self.file_target(principal, id).await?;
         let stream = provider
             .read_file(&sandbox_id, &path)
             .await
             .map_err(|e| self.file_error(&sandbox_id, provider.name(), "read file", e))?;
-        self.events().publish(
+        self.events().publish_in(
+            &tenant_id,
             Some(&sandbox_id),
             EventPayload::FileRead(file_data(&path, None)),
         );
@@ -155,7 +172,11 @@ impl ControlPlane {
     ) -> Result<(), Error> {
         self.authorize(principal, Action::WriteFiles)?;
         let path = non_root_path("path", path, "refusing to delete /")?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            provider,
+            ..
+        } = self.file_target(principal, id).await?;
         provider
             .delete_file(&sandbox_id, &path, recursive)
             .await
@@ -171,7 +192,11 @@ impl ControlPlane {
     ) -> Result<Vec<FileInfo>, Error> {
         self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            provider,
+            ..
+        } = self.file_target(principal, id).await?;
         provider
             .list_dir(&sandbox_id, &path)
             .await
@@ -189,7 +214,11 @@ impl ControlPlane {
         self.authorize(principal, Action::WriteFiles)?;
         let from = non_root_path("old_path", old_path, "/ cannot be moved")?;
         let to = non_root_path("new_path", new_path, "nothing can be moved onto /")?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            provider,
+            ..
+        } = self.file_target(principal, id).await?;
         provider
             .move_path(&sandbox_id, &from, &to)
             .await
@@ -207,7 +236,11 @@ impl ControlPlane {
         self.authorize(principal, Action::WriteFiles)?;
         let path = sandbox_path("path", path)?;
         let mode = parse_mode(mode).map_err(|m| Error::invalid("mode", m))?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            provider,
+            ..
+        } = self.file_target(principal, id).await?;
         provider
             .chmod(&sandbox_id, &path, mode)
             .await
@@ -223,7 +256,11 @@ impl ControlPlane {
     ) -> Result<FileInfo, Error> {
         self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            provider,
+            ..
+        } = self.file_target(principal, id).await?;
         provider
             .stat(&sandbox_id, &path)
             .await
@@ -239,7 +276,11 @@ impl ControlPlane {
     ) -> Result<Vec<String>, Error> {
         self.authorize(principal, Action::ReadFiles)?;
         let pattern = SandboxGlob::new(pattern).map_err(|m| Error::invalid("pattern", m))?;
-        let (sandbox_id, provider) = self.file_target(principal, id).await?;
+        let FileTarget {
+            id: sandbox_id,
+            provider,
+            ..
+        } = self.file_target(principal, id).await?;
         provider
             .glob(&sandbox_id, &pattern)
             .await

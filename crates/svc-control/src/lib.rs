@@ -4,6 +4,7 @@
 //! publishes events.
 
 mod admission;
+pub mod audit;
 pub mod events;
 mod exec;
 mod files;
@@ -23,6 +24,7 @@ mod retry;
 mod sandboxes;
 mod spawn;
 mod templates;
+pub mod tenancy;
 mod utf8;
 pub mod workers;
 

@@ -35,6 +35,7 @@ pub(crate) struct Inner {
     pub(crate) events: EventBus,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) authenticator: Authenticator,
+    pub(crate) member_roles: crate::identity::MemberRoles,
     pub(crate) retries: crate::retry::Retries,
     pub(crate) spawn_queue: Arc<crate::queue::SpawnQueue>,
     rate_limiter: Arc<crate::ratelimit::RateLimiter>,
@@ -72,6 +73,7 @@ impl ControlPlane {
                 events,
                 clock: parts.clock,
                 authenticator: parts.authenticator,
+                member_roles: crate::identity::MemberRoles::default(),
                 retries: crate::retry::Retries::default(),
                 spawn_queue,
                 rate_limiter,
@@ -153,6 +155,12 @@ impl ControlPlane {
             tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
             tokio::spawn(crate::reconcile::run(self.clone(), cancel.clone())),
         ];
+        if let Some(oidc) = self.oidc().filter(|oidc| oidc.uses_jwks()) {
+            loops.push(tokio::spawn(crate::identity::refresh_keys(
+                Arc::clone(oidc),
+                cancel.clone(),
+            )));
+        }
         if self.inner.rate_limiter.enabled() {
             loops.push(tokio::spawn(crate::ratelimit::run_cleanup(
                 Arc::clone(&self.inner.rate_limiter),

@@ -9,8 +9,7 @@ use svc_core::{Error, OwnerId};
 
 use crate::ControlPlane;
 
-/// The tenant of API-key and anonymous callers.
-pub const DEFAULT_TENANT: &str = "default";
+pub use svc_core::tenant::DEFAULT_TENANT;
 
 /// How the caller proved who it is; names the actor in logs and the audit trail, never the
 /// credential.
@@ -24,6 +23,8 @@ pub enum AuthMethod {
     AdminApiKey,
     /// svc itself: the reaper, reconciliation and other background loops.
     System,
+    /// An OIDC bearer token.
+    Oidc,
 }
 
 impl AuthMethod {
@@ -34,6 +35,7 @@ impl AuthMethod {
             AuthMethod::ApiKey => "api-key",
             AuthMethod::AdminApiKey => "admin-api-key",
             AuthMethod::System => "system",
+            AuthMethod::Oidc => "oidc",
         }
     }
 }
@@ -55,6 +57,8 @@ pub struct Principal {
     pub owner: Option<OwnerId>,
     /// True when tenant boundaries apply (OIDC callers).
     pub tenant_scoped: bool,
+    /// The OIDC `sub`, for OIDC callers.
+    pub subject: Option<String>,
 }
 
 impl Principal {
@@ -66,6 +70,7 @@ impl Principal {
             tenant_id: Cow::Borrowed(DEFAULT_TENANT),
             owner,
             tenant_scoped: false,
+            subject: None,
         }
     }
 
@@ -90,6 +95,11 @@ impl Principal {
     /// A caller holding `auth.admin_api_key`.
     pub fn admin_key(owner: Option<OwnerId>) -> Self {
         Self::with(Role::Admin, AuthMethod::AdminApiKey, owner)
+    }
+
+    /// Who acted, for the audit log and logs: the OIDC subject, else how it authenticated.
+    pub fn actor(&self) -> &str {
+        self.subject.as_deref().unwrap_or(self.method.as_str())
     }
 
     /// The tenant filter for listings: `None` means every tenant.

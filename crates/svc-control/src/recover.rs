@@ -83,12 +83,16 @@ impl ControlPlane {
             match self.store().mark_sandbox_running(&sandbox.id).await {
                 Ok(Some(running)) => {
                     let data = sandbox_event_data(&running);
-                    self.events().publish(
+                    self.events().publish_in(
+                        &running.tenant_id,
                         Some(&running.id),
                         EventPayload::SandboxCreated(data.clone()),
                     );
-                    self.events()
-                        .publish(Some(&running.id), EventPayload::SandboxRunning(data));
+                    self.events().publish_in(
+                        &running.tenant_id,
+                        Some(&running.id),
+                        EventPayload::SandboxRunning(data),
+                    );
                     return Resolution::Resumed;
                 }
                 Ok(None) => return Resolution::Unresolved,

@@ -255,7 +255,8 @@ impl ControlPlane {
         };
         self.inner.held_leases.forget(destroyed.id.as_str());
         self.spawn_queue().capacity_changed();
-        self.events().publish(
+        self.events().publish_in(
+            &destroyed.tenant_id,
             Some(&destroyed.id),
             EventPayload::SandboxDestroyed(sandbox_event_data(&destroyed)),
         );

@@ -34,10 +34,10 @@ use svc_store::EndedState;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::principal::DEFAULT_TENANT;
 use crate::provider_errors::classify;
 use crate::queue::Ticket;
 use crate::{ControlPlane, Principal};
+use svc_core::tenant::PolicyResource;
 
 /// A spawn with every default applied and every field validated.
 pub(crate) struct SpawnPlan {
@@ -198,7 +198,9 @@ impl ControlPlane {
         let defaults = &self.config().defaults;
         // The request's own fields first: no I/O needed to refuse them.
         let owner = resolve_owner(principal, request.owner_id.as_deref())?;
-        let tenant = resolve_tenant(principal, request.tenant_id.as_deref())?;
+        let tenant = self
+            .spawn_tenant(principal, request.tenant_id.as_deref())
+            .await?;
         if let Some(image) = &request.image {
             check_image(image)?;
         }
@@ -244,6 +246,21 @@ impl ControlPlane {
         if let Placement::Local(provider) = &placement {
             check_image_for(&image, image_kind, provider.as_ref())?;
         }
+        let network = request.network.clone().or_else(|| match &placement {
+            Placement::Local(provider) => Some(provider.default_network()),
+            Placement::Elsewhere { .. } => None,
+        });
+        self.check_policies(
+            principal,
+            &tenant,
+            [
+                (PolicyResource::Image, Some(image.as_str())),
+                (PolicyResource::Provider, Some(placement.provider_name())),
+                (PolicyResource::Network, network.as_deref()),
+            ],
+            placement.provider_name(),
+        )
+        .await?;
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
@@ -382,15 +399,19 @@ impl ControlPlane {
         };
         undo.disarm();
         let data = sandbox_event_data(&running);
-        self.events().publish(
+        self.events().publish_in(
+            &running.tenant_id,
             Some(&running.id),
             EventPayload::SandboxCreated(SandboxEventData {
                 image_pulled: runtime.image_pulled,
                 ..data.clone()
             }),
         );
-        self.events()
-            .publish(Some(&running.id), EventPayload::SandboxRunning(data));
+        self.events().publish_in(
+            &running.tenant_id,
+            Some(&running.id),
+            EventPayload::SandboxRunning(data),
+        );
         tracing::info!(sandbox_id = %running.id, provider = %running.provider, image = %running.image, "sandbox spawned");
         Ok(running)
     }
@@ -523,8 +544,11 @@ impl ControlPlane {
                 self.spawn_queue().capacity_changed();
                 let mut data = sandbox_event_data(&ended);
                 data.error = Some(message.to_owned());
-                self.events()
-                    .publish(Some(&ended.id), EventPayload::SandboxError(data));
+                self.events().publish_in(
+                    &ended.tenant_id,
+                    Some(&ended.id),
+                    EventPayload::SandboxError(data),
+                );
                 true
             }
             Ok(None) => true,
@@ -637,28 +661,22 @@ fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
     }
 }
 
-/// Owner: `X-User-ID` (already validated), else the body's `owner_id`, else none (decisions §5).
+/// Owner: `X-User-ID` (already validated), else the body's `owner_id`, else the OIDC subject,
+/// else none (decisions §5).
 fn resolve_owner(principal: &Principal, body_owner: Option<&str>) -> Result<String, Error> {
     if let Some(owner) = &principal.owner {
         return Ok(owner.as_str().to_owned());
     }
     match body_owner {
-        None => Ok(String::new()),
+        // An OIDC caller owns what it spawns, when its subject is a valid owner ID.
+        None => Ok(principal
+            .subject
+            .as_deref()
+            .and_then(|sub| OwnerId::parse(sub).ok())
+            .map(|o| o.as_str().to_owned())
+            .unwrap_or_default()),
         Some(owner) => OwnerId::parse(owner)
             .map(|o| o.as_str().to_owned())
             .map_err(|e| Error::invalid("owner_id", e.to_string())),
-    }
-}
-
-/// Tenant: the caller's, or the body's `tenant_id`, which must exist (only `default` does until
-/// tenants are managed).
-fn resolve_tenant(principal: &Principal, requested: Option<&str>) -> Result<String, Error> {
-    match requested {
-        None => Ok(principal.tenant_id.clone().into_owned()),
-        Some(DEFAULT_TENANT) => Ok(DEFAULT_TENANT.to_owned()),
-        Some(other) => Err(Error::invalid(
-            "tenant_id",
-            format!("tenant {} does not exist", echo(other)),
-        )),
     }
 }

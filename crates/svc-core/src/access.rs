@@ -126,6 +126,13 @@ pub enum Action {
     Reconcile,
     /// Repair the worker registry (admin heartbeat, delete) and mint worker tokens.
     ManageWorkers,
+    /// Create, list, read or delete tenants.
+    ManageTenants,
+    /// Read the whole audit log.
+    ReadAudit,
+    /// Administer one tenant: its members, policies and audit log (a `tenant_admin` only its
+    /// own).
+    AdministerTenant,
 }
 
 impl Action {
@@ -151,7 +158,12 @@ impl Action {
             | Action::WriteFiles => RouteGroup::Lifecycle,
             Action::WriteTemplates | Action::TestProviders => RouteGroup::Configure,
             Action::WriteQuotas => RouteGroup::QuotaWrite,
-            Action::UseAdminRoutes | Action::Reconcile | Action::ManageWorkers => RouteGroup::Admin,
+            Action::AdministerTenant => RouteGroup::OwnTenantAdmin,
+            Action::UseAdminRoutes
+            | Action::Reconcile
+            | Action::ManageWorkers
+            | Action::ManageTenants
+            | Action::ReadAudit => RouteGroup::Admin,
         }
     }
 
@@ -181,6 +193,9 @@ impl Action {
             Action::UseAdminRoutes => "use admin routes",
             Action::Reconcile => "reconcile sandboxes with their providers",
             Action::ManageWorkers => "manage workers",
+            Action::ManageTenants => "manage tenants",
+            Action::ReadAudit => "read the audit log",
+            Action::AdministerTenant => "administer tenants",
         }
     }
 }

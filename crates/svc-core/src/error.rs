@@ -77,6 +77,12 @@ pub enum Resource {
     Quota,
     /// A worker.
     Worker,
+    /// A tenant.
+    Tenant,
+    /// A tenant member.
+    Member,
+    /// A tenant policy.
+    Policy,
 }
 
 impl fmt::Display for Resource {
@@ -90,6 +96,9 @@ impl fmt::Display for Resource {
             Resource::Lease => "lease",
             Resource::Quota => "quota of owner",
             Resource::Worker => "worker",
+            Resource::Tenant => "tenant",
+            Resource::Member => "member",
+            Resource::Policy => "policy",
         })
     }
 }
@@ -193,6 +202,29 @@ pub enum Error {
         /// What it tried, in words.
         action: &'static str,
     },
+    /// Authenticated, but refused for a reason other than the role table (a token that maps to
+    /// no role, another tenant's administration).
+    #[error("{message}")]
+    Denied {
+        /// Why.
+        message: String,
+    },
+    /// A tenant policy refuses the spawn (decisions §6).
+    #[error(
+        "policy {} ({policy_id}) denies {resource} {}",
+        echo(policy_name),
+        echo(value)
+    )]
+    PolicyDenied {
+        /// The deciding policy's name.
+        policy_name: String,
+        /// Its ID.
+        policy_id: String,
+        /// `image`, `provider` or `network`.
+        resource: &'static str,
+        /// The denied value.
+        value: String,
+    },
     /// Another worker holds the lease on a resource.
     #[error("{resource} {id} is held by worker {holder}")]
     LeaseHeld {
@@ -287,7 +319,8 @@ impl Error {
             | Error::UnknownProvider { .. }
             | Error::Unsupported { .. } => ErrorKind::BadRequest,
             Error::Unauthorized { .. } => ErrorKind::Unauthorized,
-            Error::Forbidden { .. } => ErrorKind::Forbidden,
+            Error::Forbidden { .. } | Error::Denied { .. } => ErrorKind::Forbidden,
+            Error::PolicyDenied { .. } => ErrorKind::PolicyDenied,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. } | Error::SandboxNotRunning { .. } => ErrorKind::Conflict,
             Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,

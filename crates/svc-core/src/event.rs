@@ -144,6 +144,9 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub data: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The tenant it belongs to, if any; decides which OIDC subscribers get it. Not on the wire.
+    #[serde(skip)]
+    pub tenant_id: Option<String>,
 }
 
 /// `sandbox_id` on the wire: `""` stands for none.
@@ -431,10 +434,21 @@ mod tests {
             sandbox_id: None,
             timestamp: chrono::DateTime::UNIX_EPOCH,
             data: None,
+            tenant_id: Some("acme".into()),
         };
         let json = serde_json::to_value(&event).unwrap();
         assert_eq!(json["sandbox_id"], "");
+        assert!(
+            json.get("tenant_id").is_none(),
+            "the tenant stays off the wire"
+        );
         let back: Event = serde_json::from_value(json).unwrap();
-        assert_eq!(back, event);
+        assert_eq!(
+            back,
+            Event {
+                tenant_id: None,
+                ..event
+            }
+        );
     }
 }

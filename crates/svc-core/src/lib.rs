@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod audit;
 pub mod capability;
 pub mod clock;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod quota;
 pub mod rpc;
 pub mod sandbox;
 pub mod template;
+pub mod tenant;
 pub mod worker;
 
 pub use capability::Capability;

@@ -93,6 +93,12 @@ pub trait Provider: Send + Sync + 'static {
     /// Settings shown in provider detail; never secrets.
     fn config_summary(&self) -> serde_json::Map<String, serde_json::Value>;
 
+    /// The network mode a sandbox gets when its spawn names none (what tenant policies on
+    /// `network` see). Processes on the host share its network, hence `host`.
+    fn default_network(&self) -> String {
+        "host".to_owned()
+    }
+
     /// Checks the backend answers.
     async fn health(&self) -> Result<(), ProviderError>;
 

@@ -8,7 +8,7 @@ pub enum StoreError {
     /// A unique key is taken.
     #[error("{entity} {key:?} already exists")]
     Conflict {
-        /// Table-level name of the thing (`sandbox`, `template`).
+        /// Table-level name of the thing (`sandbox`, `template`, `tenant`, `policy`).
         entity: &'static str,
         /// The key that collided.
         key: String,
@@ -63,6 +63,8 @@ impl From<StoreError> for svc_core::Error {
                 resource: match entity {
                     "template" => Resource::Template,
                     "lease" => Resource::Lease,
+                    "tenant" => Resource::Tenant,
+                    "policy" => Resource::Policy,
                     _ => Resource::Sandbox,
                 },
                 id: key,

@@ -9,10 +9,13 @@ pub mod sqlite;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use svc_core::access::Role;
 use svc_core::admission::Admission;
+use svc_core::audit::{AuditEntry, AuditFilter};
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
+use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{SandboxId, Timestamp};
 
@@ -230,6 +233,57 @@ pub trait Store: Send + Sync + 'static {
 
     /// Total, active and expired leases at `now`, and active ones per holder.
     async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts>;
+
+    /// Saves a new tenant. An existing ID is a [`StoreError::Conflict`].
+    async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()>;
+
+    /// One tenant.
+    async fn get_tenant(&self, id: &str) -> StoreResult<Option<Tenant>>;
+
+    /// Every tenant, by ID.
+    async fn list_tenants(&self) -> StoreResult<Vec<Tenant>>;
+
+    /// Deletes a tenant with its members and policies, in one transaction; false when there
+    /// was no such tenant.
+    async fn delete_tenant(&self, id: &str) -> StoreResult<bool>;
+
+    /// Grants `member.role` to `member.subject` in `member.tenant_id` (created or replaced;
+    /// `created_at` kept on replace). Returns the stored record.
+    async fn put_member(&self, member: &Member) -> StoreResult<Member>;
+
+    /// One tenant's members, by subject.
+    async fn list_members(&self, tenant_id: &str) -> StoreResult<Vec<Member>>;
+
+    /// Revokes a membership; false when there was none.
+    async fn delete_member(&self, tenant_id: &str, subject: &str) -> StoreResult<bool>;
+
+    /// The role `subject` holds in `tenant_id` by membership.
+    async fn member_role(&self, tenant_id: &str, subject: &str) -> StoreResult<Option<Role>>;
+
+    /// Saves a new policy. An existing ID is a [`StoreError::Conflict`].
+    async fn create_policy(&self, policy: &Policy) -> StoreResult<()>;
+
+    /// One policy of one tenant.
+    async fn get_policy(&self, tenant_id: &str, id: &str) -> StoreResult<Option<Policy>>;
+
+    /// One tenant's policies, highest priority first, then by ID.
+    async fn list_policies(&self, tenant_id: &str) -> StoreResult<Vec<Policy>>;
+
+    /// Replaces an existing policy (matched by tenant and ID), keeping its `created_at`.
+    /// Returns the stored record, or `None` when there is no such policy.
+    async fn update_policy(&self, policy: &Policy) -> StoreResult<Option<Policy>>;
+
+    /// Deletes one policy of one tenant; false when there was none.
+    async fn delete_policy(&self, tenant_id: &str, id: &str) -> StoreResult<bool>;
+
+    /// Appends an audit entry. An existing ID is a [`StoreError::Conflict`].
+    async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()>;
+
+    /// Audit entries matching every condition of `filter` (`since` and `until` inclusive),
+    /// newest first, at most `filter.limit` of them (taken as 1..=[`MAX_AUDIT_LIMIT`]).
+    ///
+    /// [`MAX_AUDIT_LIMIT`]: svc_core::audit::MAX_AUDIT_LIMIT
+    async fn list_audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
 
     /// Flushes and releases connections; later calls fail.
     async fn close(&self);

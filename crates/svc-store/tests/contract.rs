@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
+use svc_core::access::Role;
+use svc_core::audit::{AuditEntry, AuditFilter, AuditOutcome};
 use svc_core::clock::add_duration;
 use svc_core::error::LimitReason;
 use svc_core::quota::{GlobalLimits, QuotaLimits};
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
+use svc_core::tenant::{Member, Policy, PolicyEffect, PolicyResource, Tenant, DEFAULT_TENANT};
 use svc_core::worker::{LeaseAcquire, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
 use svc_core::{GoDuration, SandboxId, Timestamp};
 use svc_store::sqlite::SqliteStore;
@@ -793,6 +796,490 @@ async fn worker_and_state_filters(store: &dyn Store) {
         .is_empty());
 }
 
+fn tenant(id: &str, created: Timestamp) -> Tenant {
+    Tenant {
+        id: id.to_owned(),
+        name: format!("Team {id}"),
+        created_at: created,
+    }
+}
+
+fn member(tenant_id: &str, subject: &str, role: Role, created: Timestamp) -> Member {
+    Member {
+        tenant_id: tenant_id.to_owned(),
+        subject: subject.to_owned(),
+        role,
+        created_at: created,
+    }
+}
+
+fn policy(tenant_id: &str, id: &str, priority: i64, effect: PolicyEffect) -> Policy {
+    Policy {
+        id: id.to_owned(),
+        tenant_id: tenant_id.to_owned(),
+        name: format!("rule {id}"),
+        resource: PolicyResource::Image,
+        pattern: "docker.io/library/*".to_owned(),
+        effect,
+        priority,
+        created_at: at(0),
+        updated_at: at(0),
+    }
+}
+
+async fn tenant_crud(store: &dyn Store) {
+    let default = store.get_tenant(DEFAULT_TENANT).await.unwrap().unwrap();
+    assert_eq!(
+        (default.id.as_str(), default.name.as_str()),
+        ("default", "Default"),
+        "the migration creates the default tenant"
+    );
+    let age = Utc::now() - default.created_at;
+    assert!(
+        age >= chrono::TimeDelta::zero() && age < chrono::TimeDelta::minutes(5),
+        "created when migrated: {}",
+        default.created_at
+    );
+    assert_eq!(store.get_tenant("acme").await.unwrap(), None);
+    let acme = tenant("acme", at(1));
+    store.create_tenant(&acme).await.unwrap();
+    assert_eq!(store.get_tenant("acme").await.unwrap(), Some(acme.clone()));
+    let err = store
+        .create_tenant(&tenant("acme", at(2)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Conflict { entity: "tenant", key } if key == "acme"),
+        "{err:?}"
+    );
+    store.create_tenant(&tenant("beta", at(3))).await.unwrap();
+    let ids: Vec<String> = store
+        .list_tenants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(ids, ["acme", "beta", "default"]);
+    assert!(store.delete_tenant("beta").await.unwrap());
+    assert!(!store.delete_tenant("beta").await.unwrap(), "already gone");
+    assert!(!store.delete_tenant("nobody").await.unwrap());
+    assert_eq!(store.get_tenant("beta").await.unwrap(), None);
+    assert_eq!(store.list_tenants().await.unwrap().len(), 2);
+}
+
+async fn deleting_a_tenant_deletes_its_members_and_policies(store: &dyn Store) {
+    for id in ["acme", "beta"] {
+        store.create_tenant(&tenant(id, at(0))).await.unwrap();
+        store
+            .put_member(&member(id, "alice", Role::Operator, at(1)))
+            .await
+            .unwrap();
+        store
+            .create_policy(&policy(id, &format!("pol-{id}"), 1, PolicyEffect::Deny))
+            .await
+            .unwrap();
+    }
+    assert!(store.delete_tenant("acme").await.unwrap());
+    assert!(store.list_members("acme").await.unwrap().is_empty());
+    assert_eq!(store.member_role("acme", "alice").await.unwrap(), None);
+    assert!(store.list_policies("acme").await.unwrap().is_empty());
+    assert_eq!(store.get_policy("acme", "pol-acme").await.unwrap(), None);
+    // The other tenant keeps everything.
+    assert_eq!(
+        store.member_role("beta", "alice").await.unwrap(),
+        Some(Role::Operator)
+    );
+    assert_eq!(
+        store
+            .list_policies("beta")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect::<Vec<_>>(),
+        ["pol-beta"]
+    );
+    // A re-created tenant starts empty, and its old policy ID is free again.
+    store.create_tenant(&tenant("acme", at(9))).await.unwrap();
+    assert!(store.list_members("acme").await.unwrap().is_empty());
+    store
+        .create_policy(&policy("acme", "pol-acme", 1, PolicyEffect::Allow))
+        .await
+        .unwrap();
+}
+
+async fn member_upsert_keeps_created_at(store: &dyn Store) {
+    store.create_tenant(&tenant("acme", at(0))).await.unwrap();
+    assert!(store.list_members("acme").await.unwrap().is_empty());
+    assert_eq!(store.member_role("acme", "bob").await.unwrap(), None);
+    let first = store
+        .put_member(&member("acme", "bob", Role::Viewer, at(1)))
+        .await
+        .unwrap();
+    assert_eq!(first, member("acme", "bob", Role::Viewer, at(1)));
+    let changed = store
+        .put_member(&member("acme", "bob", Role::TenantAdmin, at(7)))
+        .await
+        .unwrap();
+    assert_eq!(changed.role, Role::TenantAdmin, "the role changes");
+    assert_eq!(changed.created_at, at(1), "created_at kept");
+    assert_eq!(
+        store.member_role("acme", "bob").await.unwrap(),
+        Some(Role::TenantAdmin)
+    );
+    assert_eq!(
+        store.member_role(DEFAULT_TENANT, "bob").await.unwrap(),
+        None,
+        "memberships are per tenant"
+    );
+    store
+        .put_member(&member("acme", "alice", Role::Operator, at(2)))
+        .await
+        .unwrap();
+    store
+        .put_member(&member(DEFAULT_TENANT, "carol", Role::Viewer, at(3)))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.list_members("acme").await.unwrap(),
+        vec![
+            member("acme", "alice", Role::Operator, at(2)),
+            member("acme", "bob", Role::TenantAdmin, at(1)),
+        ]
+    );
+    assert!(store.delete_member("acme", "bob").await.unwrap());
+    assert!(!store.delete_member("acme", "bob").await.unwrap());
+    assert!(
+        !store.delete_member("acme", "carol").await.unwrap(),
+        "carol is a member of another tenant"
+    );
+    assert_eq!(store.member_role("acme", "bob").await.unwrap(), None);
+    assert_eq!(
+        store.member_role(DEFAULT_TENANT, "carol").await.unwrap(),
+        Some(Role::Viewer)
+    );
+}
+
+async fn policy_crud_and_order(store: &dyn Store) {
+    store.create_tenant(&tenant("acme", at(0))).await.unwrap();
+    let low = policy("acme", "pol-b", 0, PolicyEffect::Allow);
+    let high = policy("acme", "pol-c", 10, PolicyEffect::Deny);
+    let tied = Policy {
+        resource: PolicyResource::Network,
+        pattern: "host".to_owned(),
+        ..policy("acme", "pol-a", 10, PolicyEffect::Allow)
+    };
+    let negative = policy("acme", "pol-0", -5, PolicyEffect::Deny);
+    for p in [&low, &high, &tied, &negative] {
+        store.create_policy(p).await.unwrap();
+    }
+    let other = policy(DEFAULT_TENANT, "pol-z", 100, PolicyEffect::Deny);
+    store.create_policy(&other).await.unwrap();
+    let err = store
+        .create_policy(&policy("acme", "pol-b", 3, PolicyEffect::Deny))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Conflict { entity: "policy", key } if key == "pol-b"),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.get_policy("acme", "pol-a").await.unwrap(),
+        Some(tied.clone())
+    );
+    assert_eq!(
+        store.get_policy(DEFAULT_TENANT, "pol-a").await.unwrap(),
+        None,
+        "another tenant's policy is not found"
+    );
+    assert_eq!(
+        store.list_policies("acme").await.unwrap(),
+        vec![tied.clone(), high.clone(), low.clone(), negative.clone()],
+        "priority DESC, then ID"
+    );
+    assert_eq!(
+        store.list_policies(DEFAULT_TENANT).await.unwrap(),
+        vec![other.clone()]
+    );
+    let changed = Policy {
+        name: "renamed".to_owned(),
+        resource: PolicyResource::Provider,
+        pattern: "docker".to_owned(),
+        effect: PolicyEffect::Deny,
+        priority: 50,
+        created_at: at(500),
+        updated_at: at(60),
+        ..low.clone()
+    };
+    let stored = store.update_policy(&changed).await.unwrap().unwrap();
+    assert_eq!(
+        stored,
+        Policy {
+            created_at: low.created_at,
+            ..changed.clone()
+        },
+        "update keeps created_at"
+    );
+    assert_eq!(
+        store.get_policy("acme", "pol-b").await.unwrap(),
+        Some(stored.clone())
+    );
+    assert_eq!(
+        store
+            .list_policies("acme")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect::<Vec<_>>(),
+        ["pol-b", "pol-a", "pol-c", "pol-0"]
+    );
+    assert_eq!(
+        store
+            .update_policy(&policy("acme", "pol-missing", 1, PolicyEffect::Allow))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .update_policy(&Policy {
+                tenant_id: "acme".to_owned(),
+                ..other.clone()
+            })
+            .await
+            .unwrap(),
+        None,
+        "matched on tenant and ID"
+    );
+    assert!(!store.delete_policy("acme", "pol-z").await.unwrap());
+    assert_eq!(
+        store.get_policy(DEFAULT_TENANT, "pol-z").await.unwrap(),
+        Some(other),
+        "untouched by another tenant's update and delete"
+    );
+    assert!(store.delete_policy("acme", "pol-b").await.unwrap());
+    assert!(!store.delete_policy("acme", "pol-b").await.unwrap());
+    assert_eq!(store.get_policy("acme", "pol-b").await.unwrap(), None);
+    assert_eq!(store.list_policies("acme").await.unwrap().len(), 3);
+}
+
+fn audit_entry(id: &str, secs: u64, actor: &str, tenant_id: &str, action: &str) -> AuditEntry {
+    AuditEntry {
+        id: id.to_owned(),
+        timestamp: at(secs),
+        actor: actor.to_owned(),
+        role: "admin".to_owned(),
+        tenant_id: tenant_id.to_owned(),
+        action: action.to_owned(),
+        resource: format!("/admin/{id}"),
+        outcome: AuditOutcome::Success,
+        details: serde_json::Map::new(),
+    }
+}
+
+fn audit_filter(limit: u32) -> AuditFilter {
+    AuditFilter {
+        limit,
+        ..AuditFilter::default()
+    }
+}
+
+async fn audit_ids(store: &dyn Store, filter: AuditFilter) -> Vec<String> {
+    store
+        .list_audit(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect()
+}
+
+async fn audit_log_filters_newest_first(store: &dyn Store) {
+    assert!(store
+        .list_audit(&audit_filter(100))
+        .await
+        .unwrap()
+        .is_empty());
+    let details = serde_json::json!({
+        "status": 403,
+        "code": "policy_denied",
+        "value": "ghcr.io/x/y:1 ✓",
+        "nested": {"list": [1, 2.5, null, true], "empty": {}},
+    });
+    let serde_json::Value::Object(details) = details else {
+        unreachable!()
+    };
+    let denied = AuditEntry {
+        role: "operator".to_owned(),
+        outcome: AuditOutcome::Denied,
+        details: details.clone(),
+        ..audit_entry("aud-3", 20, "alice", "acme", "policy.denied")
+    };
+    // Inserted out of time order; aud-4 and aud-5 share a timestamp (insertion order decides).
+    for entry in [
+        audit_entry("aud-2", 10, "bob", DEFAULT_TENANT, "quota.save"),
+        audit_entry("aud-1", 5, "alice", "acme", "tenant.create"),
+        denied.clone(),
+        audit_entry("aud-4", 30, "system", "acme", "policy.update"),
+        AuditEntry {
+            outcome: AuditOutcome::Failure,
+            ..audit_entry("aud-5", 30, "bob", "acme", "policy.update")
+        },
+    ] {
+        store.insert_audit(&entry).await.unwrap();
+    }
+    let err = store
+        .insert_audit(&audit_entry("aud-1", 99, "x", "acme", "x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+
+    let all = store.list_audit(&audit_filter(100)).await.unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["aud-5", "aud-4", "aud-3", "aud-2", "aud-1"],
+        "newest first, later inserts first within a timestamp"
+    );
+    assert_eq!(all[2], denied, "every field round-trips, details included");
+    assert_eq!(all[0].outcome, AuditOutcome::Failure);
+    assert_eq!(all[2].details["nested"]["list"][1], serde_json::json!(2.5));
+
+    let acme = AuditFilter {
+        tenant_id: Some("acme".to_owned()),
+        ..audit_filter(100)
+    };
+    assert_eq!(
+        audit_ids(store, acme.clone()).await,
+        ["aud-5", "aud-4", "aud-3", "aud-1"]
+    );
+    assert_eq!(
+        audit_ids(
+            store,
+            AuditFilter {
+                tenant_id: Some("nobody".to_owned()),
+                ..audit_filter(100)
+            }
+        )
+        .await,
+        Vec::<String>::new()
+    );
+    let bob = AuditFilter {
+        actor: Some("bob".to_owned()),
+        ..audit_filter(100)
+    };
+    assert_eq!(audit_ids(store, bob.clone()).await, ["aud-5", "aud-2"]);
+    let updates = AuditFilter {
+        action: Some("policy.update".to_owned()),
+        ..audit_filter(100)
+    };
+    assert_eq!(audit_ids(store, updates.clone()).await, ["aud-5", "aud-4"]);
+    // Bounds are inclusive.
+    let since = AuditFilter {
+        since: Some(at(10)),
+        ..audit_filter(100)
+    };
+    assert_eq!(
+        audit_ids(store, since.clone()).await,
+        ["aud-5", "aud-4", "aud-3", "aud-2"]
+    );
+    let until = AuditFilter {
+        until: Some(at(20)),
+        ..audit_filter(100)
+    };
+    assert_eq!(
+        audit_ids(store, until.clone()).await,
+        ["aud-3", "aud-2", "aud-1"]
+    );
+    let window = AuditFilter {
+        since: Some(at(10)),
+        until: Some(at(20)),
+        ..audit_filter(100)
+    };
+    assert_eq!(audit_ids(store, window).await, ["aud-3", "aud-2"]);
+    let empty_window = AuditFilter {
+        since: Some(at(21)),
+        until: Some(at(29)),
+        ..audit_filter(100)
+    };
+    assert!(audit_ids(store, empty_window).await.is_empty());
+    // Every condition holds at once.
+    assert_eq!(
+        audit_ids(
+            store,
+            AuditFilter {
+                actor: Some("bob".to_owned()),
+                ..acme.clone()
+            }
+        )
+        .await,
+        ["aud-5"]
+    );
+    assert_eq!(
+        audit_ids(
+            store,
+            AuditFilter {
+                tenant_id: Some("acme".to_owned()),
+                actor: Some("alice".to_owned()),
+                action: Some("tenant.create".to_owned()),
+                since: Some(at(5)),
+                until: Some(at(5)),
+                limit: 100,
+            }
+        )
+        .await,
+        ["aud-1"]
+    );
+    assert!(
+        audit_ids(
+            store,
+            AuditFilter {
+                action: Some("tenant.create".to_owned()),
+                ..bob
+            }
+        )
+        .await
+        .is_empty(),
+        "bob created no tenant"
+    );
+    // The limit keeps the newest.
+    assert_eq!(audit_ids(store, audit_filter(2)).await, ["aud-5", "aud-4"]);
+    assert_eq!(
+        audit_ids(store, AuditFilter { limit: 2, ..until }).await,
+        ["aud-3", "aud-2"]
+    );
+    assert_eq!(
+        audit_ids(store, AuditFilter { limit: 1, ..acme }).await,
+        ["aud-5"]
+    );
+    assert_eq!(
+        audit_ids(store, audit_filter(0)).await,
+        ["aud-5"],
+        "a limit below 1 is taken as 1"
+    );
+}
+
+async fn audit_limit_is_capped(store: &dyn Store) {
+    for i in 0..1005u64 {
+        store
+            .insert_audit(&audit_entry(
+                &format!("aud-{i:04}"),
+                i,
+                "system",
+                "acme",
+                "x",
+            ))
+            .await
+            .unwrap();
+    }
+    let listed = audit_ids(store, audit_filter(u32::MAX)).await;
+    assert_eq!(listed.len(), 1000, "at most MAX_AUDIT_LIMIT");
+    assert_eq!(listed.first().map(String::as_str), Some("aud-1004"));
+    assert_eq!(listed.last().map(String::as_str), Some("aud-0005"));
+    assert_eq!(audit_ids(store, audit_filter(1000)).await, listed);
+}
+
 async fn ping_answers(store: &dyn Store) {
     store.ping().await.unwrap();
     assert!(!store.backend().is_empty());
@@ -843,6 +1330,12 @@ macro_rules! all_cases {
                 lease_races_have_one_winner_and_growing_generations,
                 a_sandbox_lease_lives_with_its_record,
                 worker_and_state_filters,
+                tenant_crud,
+                deleting_a_tenant_deletes_its_members_and_policies,
+                member_upsert_keeps_created_at,
+                policy_crud_and_order,
+                audit_log_filters_newest_first,
+                audit_limit_is_capped,
                 ping_answers,
             );
         )*
@@ -903,4 +1396,57 @@ async fn sqlite_persists_across_reopen_and_refuses_newer_schema() {
         .err()
         .expect("newer schema must be refused");
     assert!(matches!(err, StoreError::Migration { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn sqlite_rows_that_do_not_decode_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("svc.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store
+        .put_member(&member(DEFAULT_TENANT, "alice", Role::Viewer, at(0)))
+        .await
+        .unwrap();
+    store
+        .insert_audit(&audit_entry("aud-1", 1, "alice", DEFAULT_TENANT, "x"))
+        .await
+        .unwrap();
+    let corrupt = |err: StoreError, expected: &str| {
+        assert!(
+            matches!(&err, StoreError::Corrupt { entity, .. } if *entity == expected),
+            "{err:?}"
+        );
+    };
+    // Written behind the store's back, as a newer binary or a manual edit could.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute("UPDATE tenant_members SET role = 'owner'", [])
+        .unwrap();
+    corrupt(
+        store
+            .member_role(DEFAULT_TENANT, "alice")
+            .await
+            .unwrap_err(),
+        "member",
+    );
+    corrupt(
+        store.list_members(DEFAULT_TENANT).await.unwrap_err(),
+        "member",
+    );
+    raw.execute("UPDATE audit_log SET outcome = 'maybe'", [])
+        .unwrap();
+    corrupt(
+        store.list_audit(&audit_filter(10)).await.unwrap_err(),
+        "audit entry",
+    );
+    raw.execute(
+        "UPDATE audit_log SET outcome = 'success', details = '[1, 2]'",
+        [],
+    )
+    .unwrap();
+    corrupt(
+        store.list_audit(&audit_filter(10)).await.unwrap_err(),
+        "audit entry",
+    );
+    drop(raw);
+    store.close().await;
 }

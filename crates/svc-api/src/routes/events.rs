@@ -46,6 +46,8 @@ async fn events(
     let filter = EventFilter {
         types,
         sandbox_id: query.sandbox_id.filter(|s| !s.is_empty()),
+        // Set by the control plane from the caller.
+        tenant_id: None,
     };
     let last_event_id = headers
         .get("last-event-id")

@@ -9,6 +9,7 @@ pub(crate) mod quotas;
 pub(crate) mod sandboxes;
 pub(crate) mod system;
 pub(crate) mod templates;
+pub(crate) mod tenants;
 pub(crate) mod workers;
 
 use serde::Serialize;

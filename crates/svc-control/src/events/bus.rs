@@ -82,14 +82,33 @@ impl EventBus {
     }
 
     /// Publishes `payload` about `sandbox_id` (if any) and returns the event.
+    /// The event belongs to no tenant: OIDC subscribers, who see only their tenant's events,
+    /// do not get it.
     pub fn publish(&self, sandbox_id: Option<&SandboxId>, payload: EventPayload) -> Arc<Event> {
         let event_type = payload.event_type();
-        self.publish_raw(event_type, sandbox_id, Some(payload.into_data()))
+        self.publish_raw(event_type, None, sandbox_id, Some(payload.into_data()))
+    }
+
+    /// Publishes `payload` about `sandbox_id` (if any) in `tenant_id`.
+    pub fn publish_in(
+        &self,
+        tenant_id: &str,
+        sandbox_id: Option<&SandboxId>,
+        payload: EventPayload,
+    ) -> Arc<Event> {
+        let event_type = payload.event_type();
+        self.publish_raw(
+            event_type,
+            Some(tenant_id),
+            sandbox_id,
+            Some(payload.into_data()),
+        )
     }
 
     fn publish_raw(
         &self,
         event_type: EventType,
+        tenant_id: Option<&str>,
         sandbox_id: Option<&SandboxId>,
         data: Option<Map<String, Value>>,
     ) -> Arc<Event> {
@@ -98,6 +117,7 @@ impl EventBus {
             id: format!("ev-{}-{sequence:010}", self.instance),
             event_type,
             sandbox_id: sandbox_id.cloned(),
+            tenant_id: tenant_id.map(str::to_owned),
             timestamp: self.clock.now(),
             data,
         });
@@ -184,18 +204,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tenant_subscribers_get_only_their_tenants_events() {
+        let bus = bus(10);
+        let mut sub = bus.subscribe(
+            EventFilter {
+                tenant_id: Some("acme".to_owned()),
+                ..EventFilter::default()
+            },
+            None,
+        );
+        bus.publish_raw(EventType::SandboxCreated, None, Some(&id(1)), None);
+        bus.publish_raw(EventType::SandboxCreated, Some("other"), Some(&id(2)), None);
+        bus.publish_raw(EventType::SandboxCreated, Some("acme"), Some(&id(3)), None);
+        let event = sub.next().await.unwrap();
+        assert_eq!(event.sandbox_id, Some(id(3)));
+        assert_eq!(event.tenant_id.as_deref(), Some("acme"));
+    }
+
+    #[tokio::test]
     async fn live_events_are_filtered() {
         let bus = bus(10);
         let mut sub = bus.subscribe(
             EventFilter {
                 types: [EventType::SandboxDestroyed].into(),
                 sandbox_id: Some(id(2).to_string()),
+                tenant_id: None,
             },
             None,
         );
-        bus.publish_raw(EventType::SandboxCreated, Some(&id(2)), None);
-        bus.publish_raw(EventType::SandboxDestroyed, Some(&id(1)), None);
-        let wanted = bus.publish_raw(EventType::SandboxDestroyed, Some(&id(2)), None);
+        bus.publish_raw(EventType::SandboxCreated, None, Some(&id(2)), None);
+        bus.publish_raw(EventType::SandboxDestroyed, None, Some(&id(1)), None);
+        let wanted = bus.publish_raw(EventType::SandboxDestroyed, None, Some(&id(2)), None);
         assert_eq!(sub.next().await.unwrap().id, wanted.id);
     }
 
@@ -204,7 +243,7 @@ mod tests {
         let bus = bus(3);
         let ids: Vec<_> = (0..5)
             .map(|_| {
-                bus.publish_raw(EventType::SandboxCreated, None, None)
+                bus.publish_raw(EventType::SandboxCreated, None, None, None)
                     .id
                     .clone()
             })
@@ -218,7 +257,7 @@ mod tests {
         for expected in &ids[2..] {
             assert_eq!(&sub.next().await.unwrap().id, expected);
         }
-        let live = bus.publish_raw(EventType::SandboxRunning, None, None);
+        let live = bus.publish_raw(EventType::SandboxRunning, None, None, None);
         assert_eq!(sub.next().await.unwrap().id, live.id);
     }
 

@@ -11,6 +11,8 @@ pub struct EventFilter {
     pub types: HashSet<EventType>,
     /// Only this sandbox's events.
     pub sandbox_id: Option<String>,
+    /// Only this tenant's events (set for OIDC subscribers, not from the query).
+    pub tenant_id: Option<String>,
 }
 
 impl EventFilter {
@@ -34,5 +36,9 @@ impl EventFilter {
                 .sandbox_id
                 .as_deref()
                 .is_none_or(|id| event.sandbox_id.as_ref().is_some_and(|s| s.as_str() == id))
+            && self
+                .tenant_id
+                .as_deref()
+                .is_none_or(|tenant| event.tenant_id.as_deref() == Some(tenant))
     }
 }

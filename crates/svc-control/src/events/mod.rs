@@ -19,10 +19,11 @@ impl ControlPlane {
     pub fn subscribe_events(
         &self,
         principal: &Principal,
-        filter: EventFilter,
+        mut filter: EventFilter,
         last_event_id: Option<&str>,
     ) -> Result<Subscription, Error> {
         self.authorize(principal, Action::ReadEvents)?;
+        filter.tenant_id = principal.visible_tenant().map(str::to_owned);
         Ok(self.events().subscribe(filter, last_event_id))
     }
 }

@@ -17,6 +17,8 @@ pub struct Credentials<'a> {
     pub api_key: Option<&'a str>,
     /// `X-Admin-API-Key`.
     pub admin_api_key: Option<&'a str>,
+    /// The token of an `Authorization: Bearer` header.
+    pub bearer: Option<&'a str>,
 }
 
 impl std::fmt::Debug for Credentials<'_> {
@@ -25,6 +27,7 @@ impl std::fmt::Debug for Credentials<'_> {
         f.debug_struct("Credentials")
             .field("api_key", &shown(self.api_key))
             .field("admin_api_key", &shown(self.admin_api_key))
+            .field("bearer", &shown(self.bearer))
             .finish()
     }
 }
@@ -138,6 +141,7 @@ mod tests {
         Credentials {
             api_key: api,
             admin_api_key: admin,
+            bearer: None,
         }
     }
 

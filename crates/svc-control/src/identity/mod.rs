@@ -1,25 +1,39 @@
-//! Authentication: turns the credentials of a request into a [`Principal`]. API keys today
-//! (interface Authentication 1–3, decisions §5); OIDC bearer tokens and worker tokens join here.
+//! Authentication: turns the credentials of a request into a [`Principal`]: API keys and OIDC
+//! bearer tokens (interface Authentication 1–7, decisions §5), and worker tokens for the worker
+//! routes.
 
 mod api_keys;
+mod members;
+pub mod oidc;
 mod worker_tokens;
 
 pub use api_keys::{ApiKeys, Credentials};
+pub(crate) use members::MemberRoles;
+pub use oidc::{Oidc, OidcIdentity};
 pub use worker_tokens::{
     WorkerToken, WorkerTokenRequest, WorkerTokens, SCOPE_HEARTBEAT, SCOPE_LEASE,
 };
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use svc_core::config::AuthConfig;
 use svc_core::Error;
 
+use crate::principal::AuthMethod;
 use crate::{ControlPlane, Principal};
 
 /// How callers are authenticated, fixed at start-up from `auth.*`.
 pub enum Authenticator {
     /// No authentication configured: every caller is the anonymous admin (decisions §5).
     Open,
-    /// `auth.enabled`: an API key is required.
-    ApiKeys(ApiKeys),
+    /// API keys (`auth.enabled`), OIDC bearer tokens (`auth.oidc_*`), or both (mixed mode).
+    Required {
+        /// Present when `auth.enabled`.
+        api_keys: Option<ApiKeys>,
+        /// Present when OIDC is configured.
+        oidc: Option<Arc<Oidc>>,
+    },
 }
 
 /// Why the `auth.*` settings cannot run.
@@ -32,29 +46,45 @@ pub struct AuthSetupError {
     pub message: String,
 }
 
+/// Who a request claims to be, before the store is asked about memberships.
+enum Authenticated {
+    Principal(Principal),
+    Oidc(Arc<OidcIdentity>),
+}
+
 impl Authenticator {
     /// Builds the authenticator. Settings that would leave the server open while the operator
     /// believes it protected are refused.
     pub fn from_config(auth: &AuthConfig) -> Result<Self, AuthSetupError> {
-        if auth.oidc_enabled() {
+        if auth.oidc_configured() && !auth.oidc_enabled() {
             return Err(AuthSetupError {
                 key: "auth.oidc_issuer",
-                message: "OIDC sign-in is not available in this build yet; remove the auth.oidc_* \
-                          settings or use API keys (auth.enabled, auth.api_key)"
+                message: "OIDC needs auth.oidc_issuer and one of auth.oidc_jwks_url or \
+                          auth.oidc_public_key_file"
                     .to_owned(),
             });
         }
-        if !auth.enabled {
+        let oidc = if auth.oidc_enabled() {
+            Some(Arc::new(Oidc::from_config(auth)?))
+        } else {
+            None
+        };
+        let api_keys = if auth.enabled {
+            if auth.api_key.is_empty() && auth.admin_api_key.is_empty() {
+                return Err(AuthSetupError {
+                    key: "auth.api_key",
+                    message: "is required when auth.enabled is true (or set auth.admin_api_key)"
+                        .to_owned(),
+                });
+            }
+            Some(ApiKeys::new(auth))
+        } else {
+            None
+        };
+        if api_keys.is_none() && oidc.is_none() {
             return Ok(Authenticator::Open);
         }
-        if auth.api_key.is_empty() && auth.admin_api_key.is_empty() {
-            return Err(AuthSetupError {
-                key: "auth.api_key",
-                message: "is required when auth.enabled is true (or set auth.admin_api_key)"
-                    .to_owned(),
-            });
-        }
-        Ok(Authenticator::ApiKeys(ApiKeys::new(auth)))
+        Ok(Authenticator::Required { api_keys, oidc })
     }
 
     /// True when any authentication is configured.
@@ -62,18 +92,85 @@ impl Authenticator {
         !matches!(self, Authenticator::Open)
     }
 
-    /// The caller behind `credentials`, or 401; the owner (`X-User-ID`) is the caller's to set.
-    pub fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
+    /// The OIDC verifier, when configured.
+    pub fn oidc(&self) -> Option<&Arc<Oidc>> {
         match self {
-            Authenticator::Open => Ok(Principal::anonymous(None)),
-            Authenticator::ApiKeys(keys) => keys.authenticate(credentials),
+            Authenticator::Required { oidc, .. } => oidc.as_ref(),
+            Authenticator::Open => None,
+        }
+    }
+
+    /// Checks the credentials: a bearer token when OIDC is configured and one is sent (mixed
+    /// mode accepts it even where an API key is expected), else the API keys.
+    async fn check(&self, credentials: &Credentials<'_>, now: i64) -> Result<Authenticated, Error> {
+        let Authenticator::Required { api_keys, oidc } = self else {
+            return Ok(Authenticated::Principal(Principal::anonymous(None)));
+        };
+        if let (Some(oidc), Some(token)) = (oidc, credentials.bearer) {
+            return oidc.verify(token, now).await.map(Authenticated::Oidc);
+        }
+        match api_keys {
+            Some(keys) => keys.authenticate(credentials).map(Authenticated::Principal),
+            None => Err(Error::Unauthorized {
+                message: "authentication required: send an OIDC bearer token in the \
+                          Authorization header"
+                    .to_owned(),
+            }),
         }
     }
 }
 
 impl ControlPlane {
-    /// Authenticates a request's credentials (see [`Authenticator::authenticate`]).
-    pub fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
-        self.inner.authenticator.authenticate(credentials)
+    /// Authenticates a request's credentials. An OIDC caller's role is the highest of its
+    /// groups' roles and its membership in its tenant; a token with neither is 403.
+    pub async fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
+        let now = self.inner.clock.now().timestamp();
+        let identity = match self.inner.authenticator.check(credentials, now).await? {
+            Authenticated::Principal(principal) => return Ok(principal),
+            Authenticated::Oidc(identity) => identity,
+        };
+        let member_role = self
+            .inner
+            .member_roles
+            .role(
+                self.store().as_ref(),
+                &identity.tenant_id,
+                &identity.subject,
+            )
+            .await?;
+        let Some(role) = identity.group_role.max(member_role) else {
+            return Err(Error::Denied {
+                message: format!(
+                    "the token's groups map to no role and its subject is no member of tenant {}",
+                    identity.tenant_id
+                ),
+            });
+        };
+        Ok(Principal {
+            role,
+            method: AuthMethod::Oidc,
+            admin_fallback: false,
+            tenant_id: Cow::Owned(identity.tenant_id.clone()),
+            owner: None,
+            tenant_scoped: true,
+            subject: Some(identity.subject.clone()),
+        })
+    }
+
+    /// The OIDC verifier, when configured (for the background key refresh and diagnostics).
+    pub fn oidc(&self) -> Option<&Arc<Oidc>> {
+        self.inner.authenticator.oidc()
+    }
+}
+
+/// Fetches the JWKS at start-up and then every [`oidc::BACKGROUND_REFRESH_INTERVAL`], so keys
+/// the identity provider removed stop verifying new tokens.
+pub(crate) async fn refresh_keys(oidc: Arc<Oidc>, cancel: tokio_util::sync::CancellationToken) {
+    loop {
+        oidc.refresh_keys().await;
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(oidc::BACKGROUND_REFRESH_INTERVAL) => {}
+        }
     }
 }

@@ -12,11 +12,14 @@ use svc_control::{
     Authenticator, ControlPlane, ControlPlaneParts, EventFilter, Principal, ProviderRegistry,
     Subscription,
 };
+use svc_core::access::Role;
 use svc_core::admission::Admission;
+use svc_core::audit::{AuditEntry, AuditFilter};
 use svc_core::config::Config;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
+use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{Capability, ManualClock, SandboxId, Timestamp};
 use svc_provider::mock::MockProvider;
@@ -381,6 +384,59 @@ impl Store for FaultyStore {
     }
     async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts> {
         self.inner.lease_counts(now).await
+    }
+    async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()> {
+        self.write("create_tenant")?;
+        self.inner.create_tenant(tenant).await
+    }
+    async fn get_tenant(&self, id: &str) -> StoreResult<Option<Tenant>> {
+        self.inner.get_tenant(id).await
+    }
+    async fn list_tenants(&self) -> StoreResult<Vec<Tenant>> {
+        self.inner.list_tenants().await
+    }
+    async fn delete_tenant(&self, id: &str) -> StoreResult<bool> {
+        self.write("delete_tenant")?;
+        self.inner.delete_tenant(id).await
+    }
+    async fn put_member(&self, member: &Member) -> StoreResult<Member> {
+        self.write("put_member")?;
+        self.inner.put_member(member).await
+    }
+    async fn list_members(&self, tenant_id: &str) -> StoreResult<Vec<Member>> {
+        self.inner.list_members(tenant_id).await
+    }
+    async fn delete_member(&self, tenant_id: &str, subject: &str) -> StoreResult<bool> {
+        self.write("delete_member")?;
+        self.inner.delete_member(tenant_id, subject).await
+    }
+    async fn member_role(&self, tenant_id: &str, subject: &str) -> StoreResult<Option<Role>> {
+        self.inner.member_role(tenant_id, subject).await
+    }
+    async fn create_policy(&self, policy: &Policy) -> StoreResult<()> {
+        self.write("create_policy")?;
+        self.inner.create_policy(policy).await
+    }
+    async fn get_policy(&self, tenant_id: &str, id: &str) -> StoreResult<Option<Policy>> {
+        self.inner.get_policy(tenant_id, id).await
+    }
+    async fn list_policies(&self, tenant_id: &str) -> StoreResult<Vec<Policy>> {
+        self.inner.list_policies(tenant_id).await
+    }
+    async fn update_policy(&self, policy: &Policy) -> StoreResult<Option<Policy>> {
+        self.write("update_policy")?;
+        self.inner.update_policy(policy).await
+    }
+    async fn delete_policy(&self, tenant_id: &str, id: &str) -> StoreResult<bool> {
+        self.write("delete_policy")?;
+        self.inner.delete_policy(tenant_id, id).await
+    }
+    async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.write("insert_audit")?;
+        self.inner.insert_audit(entry).await
+    }
+    async fn list_audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        self.inner.list_audit(filter).await
     }
     async fn close(&self) {
         self.inner.close().await;

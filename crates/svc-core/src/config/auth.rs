@@ -110,3 +110,52 @@ impl AuthConfig {
             && self.oidc_tenant_admin_groups.is_empty())
     }
 }
+
+/// Whether `url` may serve keys: `https://`, or `http://` to a loopback host (tests).
+pub fn jwks_url_acceptable(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jwks_url_acceptable;
+
+    #[test]
+    fn plain_http_only_on_loopback() {
+        for ok in [
+            "https://idp.example.com/jwks",
+            "http://127.0.0.1:8080/jwks",
+            "http://127.9.9.9/jwks",
+            "http://localhost/jwks",
+            "http://[::1]:9000/keys",
+        ] {
+            assert!(jwks_url_acceptable(ok), "{ok}");
+        }
+        for bad in [
+            "http://idp.example.com/jwks",
+            "http://10.0.0.1/jwks",
+            "http://127.0.0.1.evil.com/jwks",
+            "http://localhost@evil.com/jwks",
+            "ftp://127.0.0.1/jwks",
+            "idp/jwks",
+        ] {
+            assert!(!jwks_url_acceptable(bad), "{bad}");
+        }
+    }
+}

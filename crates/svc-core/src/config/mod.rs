@@ -17,7 +17,7 @@ mod server;
 mod validate;
 mod worker;
 
-pub use auth::{AuthConfig, MAX_WORKER_TOKEN_TTL};
+pub use auth::{jwks_url_acceptable, AuthConfig, MAX_WORKER_TOKEN_TTL};
 pub use database::{DatabaseConfig, DatabaseDriver};
 pub use defaults::{DefaultsConfig, SpawnOverflow};
 pub use events::EventsConfig;

@@ -233,10 +233,14 @@ impl Config {
         );
         if !auth.oidc_jwks_url.is_empty() {
             p.check(
-                auth.oidc_jwks_url.starts_with("https://")
-                    || auth.oidc_jwks_url.starts_with("http://"),
+                super::jwks_url_acceptable(&auth.oidc_jwks_url),
                 "auth.oidc_jwks_url",
-                || format!("must be an http(s) URL, got {:?}", auth.oidc_jwks_url),
+                || {
+                    format!(
+                        "must be an https URL (plain http only for loopback hosts), got {:?}",
+                        auth.oidc_jwks_url
+                    )
+                },
             );
         }
         if auth.oidc_enabled() {
@@ -586,6 +590,10 @@ mod tests {
             ),
             (
                 |c| c.auth.oidc_jwks_url = "example.com/jwks".to_owned(),
+                "auth.oidc_jwks_url",
+            ),
+            (
+                |c| c.auth.oidc_jwks_url = "http://idp.example.com/jwks".to_owned(),
                 "auth.oidc_jwks_url",
             ),
             (

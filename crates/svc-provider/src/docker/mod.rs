@@ -261,6 +261,10 @@ impl Provider for DockerProvider {
         CAPABILITIES
     }
 
+    fn default_network(&self) -> String {
+        self.config.network_mode.clone()
+    }
+
     fn config_summary(&self) -> serde_json::Map<String, serde_json::Value> {
         let c = &self.config;
         let mut map = serde_json::Map::new();

@@ -32,6 +32,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("../../migrations/sqlite/0006_leases_without_holder_index.sql"),
     ),
+    (
+        7,
+        include_str!("../../migrations/sqlite/0007_tenants_policies_audit.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

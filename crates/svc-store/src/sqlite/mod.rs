@@ -1,10 +1,12 @@
 //! The embedded SQLite backend: WAL mode, one writer connection, a small pool of readers, and
 //! every call run on tokio's blocking pool so the async runtime never waits on disk.
 
+mod audit;
 mod codec;
 mod connections;
 mod migrate;
 mod quotas;
+mod tenants;
 mod workers;
 
 use std::path::Path;
@@ -13,10 +15,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use svc_core::access::Role;
 use svc_core::admission::Admission;
+use svc_core::audit::{AuditEntry, AuditFilter};
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
+use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{SandboxId, Timestamp};
 
@@ -763,6 +768,142 @@ impl Store for SqliteStore {
         self.connections
             .read("lease_counts", move |conn| workers::counts(conn, now))
             .await
+    }
+
+    async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()> {
+        let tenant = tenant.clone();
+        self.connections
+            .write("create_tenant", move |conn| {
+                tenants::create_tenant(conn, &tenant)
+            })
+            .await
+    }
+
+    async fn get_tenant(&self, id: &str) -> StoreResult<Option<Tenant>> {
+        let id = id.to_owned();
+        self.connections
+            .read("get_tenant", move |conn| tenants::get_tenant(conn, &id))
+            .await?
+            .map(tenants::TenantRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_tenants(&self) -> StoreResult<Vec<Tenant>> {
+        self.connections
+            .read("list_tenants", tenants::list_tenants)
+            .await
+    }
+
+    async fn delete_tenant(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.connections
+            .write("delete_tenant", move |conn| {
+                tenants::delete_tenant(conn, &id)
+            })
+            .await
+    }
+
+    async fn put_member(&self, member: &Member) -> StoreResult<Member> {
+        let member = member.clone();
+        self.connections
+            .write("put_member", move |conn| tenants::put_member(conn, &member))
+            .await?
+            .into_domain()
+    }
+
+    async fn list_members(&self, tenant_id: &str) -> StoreResult<Vec<Member>> {
+        let tenant = tenant_id.to_owned();
+        self.connections
+            .read("list_members", move |conn| {
+                tenants::list_members(conn, &tenant)
+            })
+            .await
+    }
+
+    async fn delete_member(&self, tenant_id: &str, subject: &str) -> StoreResult<bool> {
+        let (tenant, subject) = (tenant_id.to_owned(), subject.to_owned());
+        self.connections
+            .write("delete_member", move |conn| {
+                tenants::delete_member(conn, &tenant, &subject)
+            })
+            .await
+    }
+
+    async fn member_role(&self, tenant_id: &str, subject: &str) -> StoreResult<Option<Role>> {
+        let (tenant, member) = (tenant_id.to_owned(), subject.to_owned());
+        self.connections
+            .read("member_role", move |conn| {
+                tenants::member_role(conn, &tenant, &member)
+            })
+            .await?
+            .map(|role| tenants::decode_role(tenant_id, subject, &role))
+            .transpose()
+    }
+
+    async fn create_policy(&self, policy: &Policy) -> StoreResult<()> {
+        let row = tenants::PolicyRow::from_domain(policy);
+        self.connections
+            .write("create_policy", move |conn| {
+                tenants::create_policy(conn, &row)
+            })
+            .await
+    }
+
+    async fn get_policy(&self, tenant_id: &str, id: &str) -> StoreResult<Option<Policy>> {
+        let (tenant, id) = (tenant_id.to_owned(), id.to_owned());
+        self.connections
+            .read("get_policy", move |conn| {
+                tenants::get_policy(conn, &tenant, &id)
+            })
+            .await?
+            .map(tenants::PolicyRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_policies(&self, tenant_id: &str) -> StoreResult<Vec<Policy>> {
+        let tenant = tenant_id.to_owned();
+        self.connections
+            .read("list_policies", move |conn| {
+                tenants::list_policies(conn, &tenant)
+            })
+            .await
+    }
+
+    async fn update_policy(&self, policy: &Policy) -> StoreResult<Option<Policy>> {
+        let row = tenants::PolicyRow::from_domain(policy);
+        self.connections
+            .write("update_policy", move |conn| {
+                tenants::update_policy(conn, &row)
+            })
+            .await?
+            .map(tenants::PolicyRow::into_domain)
+            .transpose()
+    }
+
+    async fn delete_policy(&self, tenant_id: &str, id: &str) -> StoreResult<bool> {
+        let (tenant, id) = (tenant_id.to_owned(), id.to_owned());
+        self.connections
+            .write("delete_policy", move |conn| {
+                tenants::delete_policy(conn, &tenant, &id)
+            })
+            .await
+    }
+
+    async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        let row = audit::AuditRow::from_domain(entry)?;
+        self.connections
+            .write("insert_audit", move |conn| audit::insert(conn, &row))
+            .await
+    }
+
+    async fn list_audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        let filter = filter.clone();
+        self.connections
+            .read("list_audit", move |conn| audit::list(conn, &filter))
+            .await?
+            .into_iter()
+            .map(audit::AuditRow::into_domain)
+            .collect()
     }
 
     async fn close(&self) {
