@@ -3,13 +3,13 @@
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderName, HeaderValue};
 use axum::routing::get;
 use axum::Router;
 use svc_control::ControlPlane;
 use svc_core::error::Resource;
 use svc_core::Error;
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, Any, CorsLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -50,10 +50,22 @@ async fn method_not_allowed(request: Request) -> ApiError {
     })
 }
 
+/// CORS (interface Authentication 12): origins from `server.cors_allowed_origins` (`*` = any).
+/// Requested headers are mirrored rather than answered with `*`, which browsers do not apply
+/// to `Authorization`: bearer tokens must pass a preflight.
 fn cors(origins: &[String]) -> CorsLayer {
-    let layer = CorsLayer::new().allow_methods(Any).allow_headers(Any);
+    let exposed = [
+        HeaderName::from_static("x-request-id"),
+        header::RETRY_AFTER,
+        HeaderName::from_static("x-ratelimit-limit"),
+        HeaderName::from_static("x-ratelimit-remaining"),
+    ];
+    let layer = CorsLayer::new()
+        .allow_methods(Any)
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers(exposed);
     if origins.is_empty() || origins.iter().any(|o| o == "*") {
-        return layer.allow_origin(Any).expose_headers(Any);
+        return layer.allow_origin(Any);
     }
     let origins: Vec<HeaderValue> = origins
         .iter()

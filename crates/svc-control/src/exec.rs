@@ -162,7 +162,7 @@ impl RunningExec {
             match step {
                 Step::Output(Some(Ok(chunk))) => return Some(ExecOutput::Chunk(chunk)),
                 Step::Output(Some(Err(err))) => {
-                    tracing::warn!(sandbox_id = %self.sandbox_id, error = %err, "reading command output failed");
+                    tracing::warn!(sandbox_id = %self.sandbox_id, tenant_id = %self.tenant_id, error = %err, "reading command output failed");
                     self.output = None;
                 }
                 Step::Output(None) => self.output = None,
@@ -171,7 +171,7 @@ impl RunningExec {
                     self.status = status;
                 }
                 Step::Deadline if self.timed_out => {
-                    tracing::warn!(sandbox_id = %self.sandbox_id, "a timed-out command did not end after its kill; answering without it");
+                    tracing::warn!(sandbox_id = %self.sandbox_id, tenant_id = %self.tenant_id, "a timed-out command did not end after its kill; answering without it");
                     self.output = None;
                     self.exit = None;
                     self.status = Some(Ok(ExitStatus {
@@ -181,7 +181,7 @@ impl RunningExec {
                 Step::Deadline => {
                     self.timed_out = true;
                     if let Err(err) = self.control.kill().await {
-                        tracing::warn!(sandbox_id = %self.sandbox_id, error = %err, "killing a timed-out command failed");
+                        tracing::warn!(sandbox_id = %self.sandbox_id, tenant_id = %self.tenant_id, error = %err, "killing a timed-out command failed");
                     }
                 }
             }

@@ -158,6 +158,7 @@ impl ControlPlane {
         if let Some(oidc) = self.oidc().filter(|oidc| oidc.uses_jwks()) {
             loops.push(tokio::spawn(crate::identity::refresh_keys(
                 Arc::clone(oidc),
+                Arc::clone(&self.inner.clock),
                 cancel.clone(),
             )));
         }

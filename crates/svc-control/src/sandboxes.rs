@@ -260,7 +260,7 @@ impl ControlPlane {
             Some(&destroyed.id),
             EventPayload::SandboxDestroyed(sandbox_event_data(&destroyed)),
         );
-        tracing::info!(sandbox_id = %destroyed.id, reason = reason.as_str(), "sandbox destroyed");
+        tracing::info!(sandbox_id = %destroyed.id, tenant_id = %destroyed.tenant_id, reason = reason.as_str(), "sandbox destroyed");
         Ok(true)
     }
 
@@ -321,7 +321,7 @@ impl ControlPlane {
                     tracing::debug!(sandbox_id = %sandbox.id, error = %err, "an expired sandbox is leased by another worker");
                 }
                 Err(err) => {
-                    tracing::warn!(sandbox_id = %sandbox.id, error = %err, "destroying an expired sandbox failed");
+                    tracing::warn!(sandbox_id = %sandbox.id, tenant_id = %sandbox.tenant_id, error = %err, "destroying an expired sandbox failed");
                 }
             }
         }

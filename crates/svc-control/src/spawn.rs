@@ -412,7 +412,7 @@ impl ControlPlane {
             Some(&running.id),
             EventPayload::SandboxRunning(data),
         );
-        tracing::info!(sandbox_id = %running.id, provider = %running.provider, image = %running.image, "sandbox spawned");
+        tracing::info!(sandbox_id = %running.id, tenant_id = %running.tenant_id, provider = %running.provider, image = %running.image, "sandbox spawned");
         Ok(running)
     }
 
@@ -495,7 +495,7 @@ impl ControlPlane {
         if removal.is_err() {
             self.retry_runtime_removal(&sandbox.id, provider);
         }
-        tracing::warn!(sandbox_id = %sandbox.id, error = %failure.error, "spawn failed and was rolled back");
+        tracing::warn!(sandbox_id = %sandbox.id, tenant_id = %sandbox.tenant_id, error = %failure.error, "spawn failed and was rolled back");
     }
 
     /// Removes a runtime in the background until it is gone.

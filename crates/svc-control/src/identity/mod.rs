@@ -102,7 +102,11 @@ impl Authenticator {
 
     /// Checks the credentials: a bearer token when OIDC is configured and one is sent (mixed
     /// mode accepts it even where an API key is expected), else the API keys.
-    async fn check(&self, credentials: &Credentials<'_>, now: i64) -> Result<Authenticated, Error> {
+    async fn check(
+        &self,
+        credentials: &Credentials<'_>,
+        now: svc_core::Timestamp,
+    ) -> Result<Authenticated, Error> {
         let Authenticator::Required { api_keys, oidc } = self else {
             return Ok(Authenticated::Principal(Principal::anonymous(None)));
         };
@@ -124,7 +128,7 @@ impl ControlPlane {
     /// Authenticates a request's credentials. An OIDC caller's role is the highest of its
     /// groups' roles and its membership in its tenant; a token with neither is 403.
     pub async fn authenticate(&self, credentials: &Credentials<'_>) -> Result<Principal, Error> {
-        let now = self.inner.clock.now().timestamp();
+        let now = self.inner.clock.now();
         let identity = match self.inner.authenticator.check(credentials, now).await? {
             Authenticated::Principal(principal) => return Ok(principal),
             Authenticated::Oidc(identity) => identity,
@@ -165,9 +169,13 @@ impl ControlPlane {
 
 /// Fetches the JWKS at start-up and then every [`oidc::BACKGROUND_REFRESH_INTERVAL`], so keys
 /// the identity provider removed stop verifying new tokens.
-pub(crate) async fn refresh_keys(oidc: Arc<Oidc>, cancel: tokio_util::sync::CancellationToken) {
+pub(crate) async fn refresh_keys(
+    oidc: Arc<Oidc>,
+    clock: Arc<dyn svc_core::Clock>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
     loop {
-        oidc.refresh_keys().await;
+        oidc.refresh_keys(clock.now()).await;
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(oidc::BACKGROUND_REFRESH_INTERVAL) => {}

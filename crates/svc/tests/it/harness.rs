@@ -239,7 +239,20 @@ impl TestServer {
 
     /// Opens `GET /events` with a query string; the subscription is live once this returns.
     pub async fn events(&self, query: &str, last_event_id: Option<&str>) -> SseClient {
+        self.events_as(&[], query, last_event_id).await
+    }
+
+    /// [`TestServer::events`] with extra headers (credentials).
+    pub async fn events_as(
+        &self,
+        headers: &[(&str, &str)],
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> SseClient {
         let mut request = self.client.get(self.url(&format!("/events{query}")));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }

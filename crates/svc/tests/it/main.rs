@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod harness;
+mod idp;
 
 mod auth;
 mod bad_input;
@@ -15,6 +16,8 @@ mod events;
 mod exec;
 mod files;
 mod lifecycle;
+mod oidc;
+mod permissions;
 mod providers;
 mod queue;
 mod quotas;
@@ -22,5 +25,6 @@ mod ratelimit;
 mod reconcile;
 mod system;
 mod templates;
+mod tenancy;
 mod workers;
 mod ws;

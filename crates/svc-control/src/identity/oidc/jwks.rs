@@ -3,7 +3,9 @@
 //! [`MIN_REFRESH_INTERVAL`]) or by the slow background refresh: never on the hot path otherwise.
 
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use svc_core::Timestamp;
 
 use super::keys::{signing_keys, JwkSet, KeyEntry};
 
@@ -21,8 +23,9 @@ pub struct Jwks {
     url: String,
     client: reqwest::Client,
     keys: RwLock<Arc<Vec<KeyEntry>>>,
-    /// When the last fetch was attempted; also serialises fetches (single flight).
-    last_attempt: tokio::sync::Mutex<Option<Instant>>,
+    /// When the last fetch was attempted (by the control plane's clock); also serialises
+    /// fetches (single flight).
+    last_attempt: tokio::sync::Mutex<Option<Timestamp>>,
     fetches: std::sync::atomic::AtomicU64,
 }
 
@@ -61,12 +64,12 @@ impl Jwks {
     /// Fetches the keys unless a fetch was attempted less than [`MIN_REFRESH_INTERVAL`] ago.
     /// Callers arriving during a fetch wait for it rather than starting another. A failed
     /// fetch keeps the keys held before.
-    pub async fn refresh(&self) {
+    pub async fn refresh(&self, now: Timestamp) {
         let mut last = self.last_attempt.lock().await;
-        if last.is_some_and(|at| at.elapsed() < MIN_REFRESH_INTERVAL) {
+        if last.is_some_and(|at| svc_core::clock::elapsed_between(at, now) < MIN_REFRESH_INTERVAL) {
             return;
         }
-        *last = Some(Instant::now());
+        *last = Some(now);
         self.fetches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.fetch().await {

@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 use svc_core::access::Role;
 use svc_core::config::AuthConfig;
 use svc_core::tenant::{check_tenant_id, DEFAULT_TENANT};
-use svc_core::Error;
+use svc_core::{Error, Timestamp};
 
 pub use jwks::{BACKGROUND_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL};
 pub use keys::{Algorithm, VerifyingKey};
@@ -132,9 +132,9 @@ impl Oidc {
     }
 
     /// Fetches the JWKS (rate-limited; a no-op for a static key).
-    pub async fn refresh_keys(&self) {
+    pub async fn refresh_keys(&self, now: Timestamp) {
         if let KeySource::Jwks(jwks) = &self.keys {
-            jwks.refresh().await;
+            jwks.refresh(now).await;
         }
     }
 
@@ -153,9 +153,9 @@ impl Oidc {
         }
     }
 
-    /// The bearer of `token`, or 401 saying what is wrong with it. `now` is seconds since the
-    /// epoch.
-    pub async fn verify(&self, token: &str, now: i64) -> Result<Arc<OidcIdentity>, Error> {
+    /// The bearer of `token`, or 401 saying what is wrong with it.
+    pub async fn verify(&self, token: &str, at: Timestamp) -> Result<Arc<OidcIdentity>, Error> {
+        let now = at.timestamp();
         let digest = digest(token);
         if let Some(known) = self.remembered(&digest) {
             self.still_valid(&known, now)?;
@@ -165,7 +165,7 @@ impl Oidc {
         if !self.signature_holds(&parsed, &self.current_keys())? {
             // A key rotated in since the last fetch: look once more (rate-limited).
             if !self.knows_kid(&parsed) && self.uses_jwks() {
-                self.refresh_keys().await;
+                self.refresh_keys(at).await;
                 if self.signature_holds(&parsed, &self.current_keys())? {
                     return self.accept(&parsed, digest, now);
                 }
