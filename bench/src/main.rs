@@ -8,6 +8,7 @@
 mod docker;
 mod exec;
 mod governance;
+mod identity;
 mod leases;
 mod load;
 
@@ -45,6 +46,9 @@ enum Scenario {
     QueueWakeup(governance::WakeupArgs),
     /// Lease acquire and renew operations per second on SQLite (no server needed).
     Leases(leases::LeaseArgs),
+    /// Writes a P-256 public key (PEM) and prints an ES256 token signed with it (set-up of the
+    /// identity benchmark).
+    MintToken(identity::MintArgs),
 }
 
 #[tokio::main]
@@ -61,16 +65,23 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Quotas(quotas) => governance::save_quotas(&args.url, &quotas).await,
         Scenario::QueueWakeup(wakeup) => governance::queue_wakeup(&args.url, &wakeup).await,
         Scenario::Leases(leases) => leases::run(&leases).await,
+        Scenario::MintToken(mint) => identity::mint(&mint),
     }
 }
 
 /// An HTTP client for the server; with `SVC_API_KEY` set (as for svc's own clients), every
-/// request carries it in `X-API-Key`, so scenarios run against a server with auth on.
+/// request carries it in `X-API-Key`, and with `SVC_BEARER_TOKEN` an `Authorization: Bearer`
+/// header, so scenarios run against a server with auth on.
 pub(crate) fn client_builder() -> reqwest::ClientBuilder {
     let mut headers = reqwest::header::HeaderMap::new();
-    if let Ok(key) = std::env::var("SVC_API_KEY") {
-        if let Ok(value) = reqwest::header::HeaderValue::from_str(&key) {
-            headers.insert("x-api-key", value);
+    for (variable, header, prefix) in [
+        ("SVC_API_KEY", "x-api-key", ""),
+        ("SVC_BEARER_TOKEN", "authorization", "Bearer "),
+    ] {
+        if let Ok(value) = std::env::var(variable) {
+            if let Ok(value) = reqwest::header::HeaderValue::from_str(&format!("{prefix}{value}")) {
+                headers.insert(header, value);
+            }
         }
     }
     reqwest::Client::builder().default_headers(headers)

@@ -39,7 +39,10 @@ pub(crate) async fn limit(
     let owner = text(headers, &USER_ID_HEADER).and_then(|v| OwnerId::parse(v).ok());
     let key = RateKey {
         owner: owner.as_ref().map(OwnerId::as_str),
-        api_key: text(headers, &API_KEY_HEADER).filter(|k| !k.is_empty()),
+        // A bearer token stands in for the key: each token gets its own bucket.
+        api_key: text(headers, &API_KEY_HEADER)
+            .filter(|k| !k.is_empty())
+            .or_else(|| crate::auth::bearer(headers)),
         ip: request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()

@@ -27,7 +27,7 @@ type KeyDigest = [u8; 32];
 pub struct RateKey<'a> {
     /// A valid `X-User-ID`.
     pub owner: Option<&'a str>,
-    /// A non-empty `X-API-Key`.
+    /// A non-empty `X-API-Key`, else a bearer token.
     pub api_key: Option<&'a str>,
     /// The client address.
     pub ip: Option<IpAddr>,

@@ -1,60 +1,61 @@
-//! Tenant memberships as seen by authentication: every OIDC request needs its subject's role
-//! in its tenant, so answers are kept for a few seconds instead of asking the store each time.
-//! Local membership changes clear the cache at once; other replicas' changes show within
-//! [`MEMBER_TTL`].
+//! Tenant memberships as seen by authentication: every OIDC request needs its subject's role in
+//! its tenant. The answer is kept with the verified token (see [`OidcIdentity`]) for
+//! [`MEMBER_TTL`], so a client reusing its token asks the store once per TTL, not per request.
+//! Membership changes made through this server bump a generation that voids every kept answer
+//! at once; other replicas' changes show within the TTL.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use svc_core::access::Role;
 use svc_core::Error;
 use svc_store::Store;
 
+use super::OidcIdentity;
+
 /// How long a membership answer is trusted.
 pub const MEMBER_TTL: Duration = Duration::from_secs(5);
-/// Answers kept at most.
-const CAPACITY: usize = 10_000;
 
-type Key = (String, String);
+/// A membership answer kept with a verified token.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberAnswer {
+    role: Option<Role>,
+    at: Instant,
+    generation: u64,
+}
 
-/// The cache.
+/// The generation of membership answers.
 #[derive(Default)]
 pub(crate) struct MemberRoles {
-    known: Mutex<HashMap<Key, (Option<Role>, Instant)>>,
+    generation: AtomicU64,
 }
 
 impl MemberRoles {
-    /// The role `subject` holds as a member of `tenant_id`, if any.
+    /// The role the token's subject holds as a member of its tenant, if any.
     pub(crate) async fn role(
         &self,
         store: &dyn Store,
-        tenant_id: &str,
-        subject: &str,
+        identity: &OidcIdentity,
     ) -> Result<Option<Role>, Error> {
-        let key = (tenant_id.to_owned(), subject.to_owned());
-        if let Some((role, at)) = self.lock().get(&key) {
-            if at.elapsed() < MEMBER_TTL {
-                return Ok(*role);
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some(answer) = identity.member_answer() {
+            if answer.generation == generation && answer.at.elapsed() < MEMBER_TTL {
+                return Ok(answer.role);
             }
         }
-        let role = store.member_role(tenant_id, subject).await?;
-        let mut known = self.lock();
-        if known.len() >= CAPACITY {
-            known.clear();
-        }
-        known.insert(key, (role, Instant::now()));
+        let role = store
+            .member_role(&identity.tenant_id, &identity.subject)
+            .await?;
+        identity.keep_member_answer(MemberAnswer {
+            role,
+            at: Instant::now(),
+            generation,
+        });
         Ok(role)
     }
 
-    /// Forgets every answer (after a membership changed here).
+    /// Voids every kept answer (after a membership changed here).
     pub(crate) fn forget(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Option<Role>, Instant)>> {
-        self.known
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -136,11 +136,7 @@ impl ControlPlane {
         let member_role = self
             .inner
             .member_roles
-            .role(
-                self.store().as_ref(),
-                &identity.tenant_id,
-                &identity.subject,
-            )
+            .role(self.store().as_ref(), &identity)
             .await?;
         let Some(role) = identity.group_role.max(member_role) else {
             return Err(Error::Denied {

@@ -22,6 +22,7 @@ pub use jwks::{BACKGROUND_REFRESH_INTERVAL, MIN_REFRESH_INTERVAL};
 pub use keys::{Algorithm, VerifyingKey};
 
 use super::api_keys::{digest, KeyDigest};
+use super::members::MemberAnswer;
 use super::AuthSetupError;
 use jwks::Jwks;
 use keys::KeyEntry;
@@ -30,7 +31,7 @@ use keys::KeyEntry;
 const TOKEN_CACHE_CAPACITY: usize = 10_000;
 
 /// What a verified token says about its bearer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct OidcIdentity {
     /// `sub`.
     pub subject: String,
@@ -42,6 +43,26 @@ pub struct OidcIdentity {
     expires_at: i64,
     /// `nbf`, seconds since the epoch.
     not_before: Option<i64>,
+    /// The subject's membership in the tenant, as last read.
+    member: RwLock<Option<MemberAnswer>>,
+}
+
+impl OidcIdentity {
+    /// The membership answer kept with this token.
+    pub(crate) fn member_answer(&self) -> Option<MemberAnswer> {
+        *self
+            .member
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps a membership answer with this token.
+    pub(crate) fn keep_member_answer(&self, answer: MemberAnswer) {
+        *self
+            .member
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
+    }
 }
 
 enum KeySource {
@@ -178,13 +199,13 @@ impl Oidc {
         self.accept(&parsed, digest, now)
     }
 
+    /// Whether the held keys could verify the token: a key with its `kid`, or for a token
+    /// without one, any key at all (none are held until the first fetch succeeds).
     fn knows_kid(&self, parsed: &token::Parsed<'_>) -> bool {
+        let keys = self.current_keys();
         match &parsed.kid {
-            None => true,
-            Some(kid) => self
-                .current_keys()
-                .iter()
-                .any(|entry| entry.kid.as_deref() == Some(kid)),
+            None => !keys.is_empty(),
+            Some(kid) => keys.iter().any(|entry| entry.kid.as_deref() == Some(kid)),
         }
     }
 
@@ -247,6 +268,7 @@ impl Oidc {
             tenant_id,
             expires_at: claims.expires_at,
             not_before: claims.not_before,
+            member: RwLock::new(None),
         });
         self.remember(digest, Arc::clone(&identity), now);
         Ok(identity)
