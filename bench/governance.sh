@@ -8,6 +8,7 @@
 # Usage: bench/governance.sh [RUNS] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 runs="${1:-5}"
 seconds="${2:-5}"
 port="${SVC_BENCH_PORT:-17425}"
@@ -18,48 +19,26 @@ svc="$PWD/target/release/svc"
 bench="$PWD/target/release/svc-bench"
 url="http://127.0.0.1:$port"
 
-# serve CONFIG(off|on|queue) WORKDIR: starts svc in the background; sets $pid.
-serve() {
-    local config="$1" work="$2"
-    (
-        cd "$work"
-        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
-            SVC_PROVIDERS__DOCKER__ENABLED=false SVC_LOGGING__LEVEL=warn
-        case "$config" in
-            on)
-                export SVC_DEFAULTS__MAX_SANDBOXES=10000 SVC_DEFAULTS__MAX_SANDBOXES_PER_OWNER=100 \
-                    SVC_RATE_LIMIT__ENABLED=true SVC_RATE_LIMIT__REQUESTS_PER_MINUTE=6000000 \
-                    SVC_RATE_LIMIT__BURST=1000000 ;;
-            queue)
-                export SVC_DEFAULTS__MAX_SANDBOXES=1 SVC_DEFAULTS__SPAWN_OVERFLOW=queue ;;
-        esac
-        exec "$svc" serve 2>"$work/svc.log"
-    ) &
-    pid=$!
-    for _ in $(seq 100); do
-        curl -sf "$url/api/v1/health" >/dev/null && return 0
-        sleep 0.1
-    done
-    echo "svc ($config) did not come up; log:" >&2
-    cat "$work/svc.log" >&2
-    exit 1
-}
-
-stop() {
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
+# settings CONFIG(off|on|queue): the server's settings for a configuration.
+settings() {
+    case "$1" in
+        on) echo "SVC_DEFAULTS__MAX_SANDBOXES=10000 SVC_DEFAULTS__MAX_SANDBOXES_PER_OWNER=100 \
+SVC_RATE_LIMIT__ENABLED=true SVC_RATE_LIMIT__REQUESTS_PER_MINUTE=6000000 SVC_RATE_LIMIT__BURST=1000000" ;;
+        queue) echo "SVC_DEFAULTS__MAX_SANDBOXES=1 SVC_DEFAULTS__SPAWN_OVERFLOW=queue" ;;
+    esac
 }
 
 run() {
     local config="$1" work
     work="$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")"
-    serve "$config" "$work"
+    # shellcheck disable=SC2046
+    svc_start "$svc" "$work" $(settings "$config")
     if [ "$config" = on ]; then
         "$bench" --url "$url" quotas --owners "$owners" >/dev/null
     fi
     printf 'governance-%s spawn-destroy: ' "$config"
     "$bench" --url "$url" spawn-destroy --concurrency 16 --seconds "$seconds" --owners "$owners"
-    stop
+    svc_stop
     rm -rf "$work"
 }
 
@@ -74,7 +53,8 @@ for i in $(seq "$runs"); do
 done
 
 work="$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")"
-serve queue "$work"
+# shellcheck disable=SC2046
+svc_start "$svc" "$work" $(settings queue)
 "$bench" --url "$url" queue-wakeup --iterations 300
-stop
+svc_stop
 rm -rf "$work"

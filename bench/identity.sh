@@ -7,6 +7,7 @@
 # Usage: bench/identity.sh [RUNS] [SECONDS] [CONCURRENCY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 runs="${1:-5}"
 seconds="${2:-5}"
 concurrency="${3:-32}"
@@ -21,42 +22,20 @@ keys="$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")"
 token="$("$bench" mint-token --public-key-out "$keys/oidc.pem")"
 results="$keys/results.txt"
 
-# serve CONFIG(open|apikey|bearer) WORKDIR: starts svc in the background; sets $pid.
-serve() {
-    local config="$1" work="$2"
-    (
-        cd "$work"
-        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
-            SVC_PROVIDERS__DOCKER__ENABLED=false SVC_LOGGING__LEVEL=warn
-        case "$config" in
-            apikey)
-                export SVC_AUTH__ENABLED=true SVC_AUTH__API_KEY="$api_key" ;;
-            bearer)
-                export SVC_AUTH__OIDC_ISSUER=https://idp.bench SVC_AUTH__OIDC_AUDIENCE=svc-bench \
-                    SVC_AUTH__OIDC_PUBLIC_KEY_FILE="$keys/oidc.pem" \
-                    SVC_AUTH__OIDC_OPERATOR_GROUPS=operators ;;
-        esac
-        exec "$svc" serve 2>"$work/svc.log"
-    ) &
-    pid=$!
-    for _ in $(seq 100); do
-        curl -sf "$url/api/v1/health" >/dev/null && return 0
-        sleep 0.1
-    done
-    echo "svc ($config) did not come up; log:" >&2
-    cat "$work/svc.log" >&2
-    exit 1
-}
-
-stop() {
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
+# settings CONFIG(open|apikey|bearer): the server's settings for a configuration.
+settings() {
+    case "$1" in
+        apikey) echo "SVC_AUTH__ENABLED=true SVC_AUTH__API_KEY=$api_key" ;;
+        bearer) echo "SVC_AUTH__OIDC_ISSUER=https://idp.bench SVC_AUTH__OIDC_AUDIENCE=svc-bench \
+SVC_AUTH__OIDC_PUBLIC_KEY_FILE=$keys/oidc.pem SVC_AUTH__OIDC_OPERATOR_GROUPS=operators" ;;
+    esac
 }
 
 run() {
     local config="$1" work line
     work="$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")"
-    serve "$config" "$work"
+    # shellcheck disable=SC2046
+    svc_start "$svc" "$work" $(settings "$config")
     case "$config" in
         open) line="$("$bench" --url "$url" pool-status --concurrency "$concurrency" --seconds "$seconds")" ;;
         apikey) line="$(SVC_API_KEY="$api_key" "$bench" --url "$url" pool-status --concurrency "$concurrency" --seconds "$seconds")" ;;
@@ -64,7 +43,7 @@ run() {
     esac
     echo "identity-$config $line"
     echo "$config $line" >>"$results"
-    stop
+    svc_stop
     rm -rf "$work"
 }
 

@@ -5,6 +5,7 @@
 # Usage: bench/seams.sh BASELINE_SVC_BINARY [RUNS] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 baseline="${1:?usage: bench/seams.sh BASELINE_SVC_BINARY [RUNS] [SECONDS]}"
 runs="${2:-5}"
 seconds="${3:-5}"
@@ -17,22 +18,13 @@ url="http://127.0.0.1:$port"
 
 # run LABEL BINARY AUTH(on|off)
 run() {
-    local label="$1" binary="$2" auth="$3" work pid
+    local label="$1" binary="$2" auth="$3" work
     work="$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")"
-    (
-        cd "$work"
-        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
-            SVC_PROVIDERS__DOCKER__ENABLED=false
-        if [ "$auth" = on ]; then
-            export SVC_AUTH__ENABLED=true SVC_AUTH__API_KEY="$key"
-        fi
-        exec "$binary" serve 2>"$work/svc.log"
-    ) &
-    pid=$!
-    for _ in $(seq 100); do
-        curl -sf "$url/api/v1/health" >/dev/null && break
-        sleep 0.1
-    done
+    if [ "$auth" = on ]; then
+        svc_start "$binary" "$work" SVC_AUTH__ENABLED=true SVC_AUTH__API_KEY="$key"
+    else
+        svc_start "$binary" "$work"
+    fi
     local env=()
     [ "$auth" = on ] && env=(env SVC_API_KEY="$key")
     printf '%s spawn-destroy: ' "$label"
@@ -44,8 +36,7 @@ run() {
     printf '%s exec-latency: ' "$label"
     "${env[@]}" target/release/svc-bench --url "$url" exec-latency --iterations 300 | grep -i buffered | tr '\n' ' '
     echo
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
+    svc_stop
     rm -rf "$work"
 }
 

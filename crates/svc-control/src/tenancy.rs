@@ -81,6 +81,23 @@ struct PolicyFields {
     priority: i64,
 }
 
+impl PolicyFields {
+    fn into_policy(self, id: String, tenant_id: &str, now: svc_core::Timestamp) -> Policy {
+        let now = svc_core::clock::truncate_to_micros(now);
+        Policy {
+            id,
+            tenant_id: tenant_id.to_owned(),
+            name: self.name,
+            resource: self.resource,
+            pattern: self.pattern,
+            effect: self.effect,
+            priority: self.priority,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 impl PolicyRequest {
     fn validate(self) -> Result<PolicyFields, Error> {
         bounded_text("name", &self.name)?;
@@ -275,18 +292,7 @@ impl ControlPlane {
         self.authorize_tenant(principal, tenant_id)?;
         let fields = request.validate()?;
         self.existing_tenant(tenant_id).await?;
-        let now = svc_core::clock::truncate_to_micros(self.clock().now());
-        let policy = Policy {
-            id: new_policy_id(),
-            tenant_id: tenant_id.to_owned(),
-            name: fields.name,
-            resource: fields.resource,
-            pattern: fields.pattern,
-            effect: fields.effect,
-            priority: fields.priority,
-            created_at: now,
-            updated_at: now,
-        };
+        let policy = fields.into_policy(new_policy_id(), tenant_id, self.clock().now());
         self.store().create_policy(&policy).await?;
         Ok(policy)
     }
@@ -317,18 +323,8 @@ impl ControlPlane {
         self.authorize_tenant(principal, tenant_id)?;
         let fields = request.validate()?;
         self.existing_tenant(tenant_id).await?;
-        let now = svc_core::clock::truncate_to_micros(self.clock().now());
-        let policy = Policy {
-            id: policy_id.to_owned(),
-            tenant_id: tenant_id.to_owned(),
-            name: fields.name,
-            resource: fields.resource,
-            pattern: fields.pattern,
-            effect: fields.effect,
-            priority: fields.priority,
-            created_at: now,
-            updated_at: now,
-        };
+        // The store keeps the stored `created_at`.
+        let policy = fields.into_policy(policy_id.to_owned(), tenant_id, self.clock().now());
         self.store()
             .update_policy(&policy)
             .await?

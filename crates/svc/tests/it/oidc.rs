@@ -434,7 +434,7 @@ async fn oidc_only_mode_requires_a_token_and_enforces_admin_scope() {
 }
 
 #[tokio::test]
-async fn a_jwks_url_over_plain_http_to_another_host_stops_start_up() {
+async fn unusable_key_sources_stop_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = svc_core::config::Config::default();
     config.database.path = dir.path().join("svc.db").display().to_string();
@@ -442,8 +442,27 @@ async fn a_jwks_url_over_plain_http_to_another_host_stops_start_up() {
     config.auth.oidc_jwks_url = "http://idp.example.com/jwks".to_owned();
     config.auth.oidc_viewer_groups = vec!["v".to_owned()];
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let Err(err) = svc::start(config, listener).await else {
+    let Err(err) = svc::start(config.clone(), listener).await else {
         panic!("started with a plain-http JWKS URL");
     };
     assert!(format!("{err:#}").contains("auth.oidc_jwks_url"), "{err:#}");
+    // A key file that is missing or holds no public key stops start-up too.
+    let not_a_key = dir.path().join("not-a-key.pem");
+    std::fs::write(
+        &not_a_key,
+        "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
+    )
+    .unwrap();
+    for file in [dir.path().join("missing.pem"), not_a_key] {
+        config.auth.oidc_jwks_url = String::new();
+        config.auth.oidc_public_key_file = file;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let Err(err) = svc::start(config.clone(), listener).await else {
+            panic!("started without a usable public key");
+        };
+        assert!(
+            format!("{err:#}").contains("auth.oidc_public_key_file"),
+            "{err:#}"
+        );
+    }
 }

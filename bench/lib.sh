@@ -1,0 +1,30 @@
+# Shared by the benchmark scripts (sourced): svc on a throw-away directory and back down.
+# Callers set $port.
+
+# svc_start BINARY WORK [VAR=VALUE...]: svc on $port with the mock provider only, quiet logs
+# and the given settings; waits for /health (10 s) and sets $pid.
+svc_start() {
+    local binary="$1" work="$2"
+    shift 2
+    (
+        cd "$work"
+        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
+            SVC_PROVIDERS__DOCKER__ENABLED=false SVC_LOGGING__LEVEL=warn
+        if [ "$#" -gt 0 ]; then export "$@"; fi
+        exec "$binary" serve 2>"$work/svc.log"
+    ) &
+    pid=$!
+    for _ in $(seq 100); do
+        curl -sf "http://127.0.0.1:$port/api/v1/health" >/dev/null && return 0
+        sleep 0.1
+    done
+    echo "svc ($binary $*) did not come up; log:" >&2
+    cat "$work/svc.log" >&2
+    exit 1
+}
+
+# svc_stop: stops the server svc_start started.
+svc_stop() {
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
