@@ -235,3 +235,91 @@ pub fn signing_keys(set: &JwkSet) -> Vec<KeyEntry> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use p256::ecdsa::signature::Signer;
+    use serde_json::json;
+
+    use super::*;
+
+    fn jwk(value: serde_json::Value) -> Jwk {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn p256_jwk(key: &p256::ecdsa::SigningKey, extra: serde_json::Value) -> serde_json::Value {
+        let point = key.verifying_key().to_encoded_point(false);
+        let mut value = json!({"kty": "EC", "crv": "P-256", "kid": "k",
+            "x": URL_SAFE_NO_PAD.encode(point.x().unwrap()),
+            "y": URL_SAFE_NO_PAD.encode(point.y().unwrap())});
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        value
+    }
+
+    #[test]
+    fn a_key_verifies_only_its_own_algorithm_and_signatures() {
+        let signing = p256::ecdsa::SigningKey::random(&mut rand_core::OsRng);
+        let key = VerifyingKey::from_jwk(&jwk(p256_jwk(&signing, json!({})))).unwrap();
+        assert_eq!(key.algorithm(), Algorithm::Es256);
+        let signature: p256::ecdsa::Signature = signing.sign(b"message");
+        assert!(key.verify(b"message", &signature.to_bytes()));
+        assert!(!key.verify(b"messagE", &signature.to_bytes()));
+        assert!(!key.verify(b"message", &[0u8; 64]));
+        assert!(!key.verify(b"message", b"short"));
+    }
+
+    #[test]
+    fn a_jwk_naming_another_algorithm_is_refused() {
+        let signing = p256::ecdsa::SigningKey::random(&mut rand_core::OsRng);
+        for alg in ["HS256", "RS256", "ES384", "none"] {
+            let err =
+                VerifyingKey::from_jwk(&jwk(p256_jwk(&signing, json!({"alg": alg})))).unwrap_err();
+            assert!(err.contains("does not fit"), "{alg}: {err}");
+        }
+        assert!(VerifyingKey::from_jwk(&jwk(p256_jwk(&signing, json!({"alg": "ES256"})))).is_ok());
+    }
+
+    #[test]
+    fn unusable_keys_are_skipped_not_fatal() {
+        let signing = p256::ecdsa::SigningKey::random(&mut rand_core::OsRng);
+        let small = rsa::RsaPrivateKey::new(&mut rand_core::OsRng, 1024).unwrap();
+        let set: JwkSet = serde_json::from_value(json!({"keys": [
+            {"kty": "oct", "k": "c2VjcmV0", "kid": "hmac"},
+            {"kty": "RSA", "kid": "small", "n": URL_SAFE_NO_PAD.encode(small.n().to_bytes_be()),
+             "e": URL_SAFE_NO_PAD.encode(small.e().to_bytes_be())},
+            {"kty": "EC", "crv": "P-192", "kid": "curve", "x": "AA", "y": "AA"},
+            {"kty": "EC", "crv": "P-256", "kid": "bad-point", "x": "AA", "y": "AA"},
+            p256_jwk(&signing, json!({"kid": "enc", "use": "enc"})),
+            p256_jwk(&signing, json!({"kid": "good", "use": "sig"})),
+        ]}))
+        .unwrap();
+        let keys = signing_keys(&set);
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].kid.as_deref(), Some("good"));
+    }
+
+    #[test]
+    fn pem_keys_of_every_curve_load() {
+        use p256::pkcs8::{EncodePublicKey, LineEnding};
+        let p256_pem = p256::ecdsa::SigningKey::random(&mut rand_core::OsRng)
+            .verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap();
+        assert_eq!(
+            VerifyingKey::from_pem(&p256_pem).unwrap().algorithm(),
+            Algorithm::Es256
+        );
+        let p384_pem = p384::ecdsa::SigningKey::random(&mut rand_core::OsRng)
+            .verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap();
+        assert_eq!(
+            VerifyingKey::from_pem(&p384_pem).unwrap().algorithm(),
+            Algorithm::Es384
+        );
+        assert!(VerifyingKey::from_pem("not a key").is_err());
+    }
+}

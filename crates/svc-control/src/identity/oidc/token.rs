@@ -152,3 +152,86 @@ impl Parsed<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn token(header: &Value, claims: &Value) -> String {
+        format!(
+            "{}.{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string()),
+            URL_SAFE_NO_PAD.encode(b"sig")
+        )
+    }
+
+    fn rules(now: i64) -> ClaimRules<'static> {
+        ClaimRules {
+            issuer: "https://idp",
+            audience: "svc",
+            skew_secs: 60,
+            now,
+        }
+    }
+
+    #[test]
+    fn only_the_four_algorithms_parse() {
+        let claims = json!({});
+        for alg in ["RS256", "ES256", "ES384", "ES512"] {
+            let t = token(&json!({"alg": alg}), &claims);
+            assert_eq!(parse(&t).unwrap().algorithm.as_str(), alg);
+        }
+        for alg in [
+            "none", "None", "HS256", "HS512", "RS384", "PS256", "EdDSA", "",
+        ] {
+            let t = token(&json!({"alg": alg}), &claims);
+            assert!(parse(&t).is_err(), "{alg}");
+        }
+        assert!(parse(&"a".repeat(MAX_TOKEN_BYTES + 1)).is_err());
+        assert!(parse("a.b").is_err());
+        assert!(parse("a.b.c.d").is_err());
+        // Padding is not base64url as JWS uses it.
+        let padded = format!("{}=.e30.c2ln", URL_SAFE_NO_PAD.encode(r#"{"alg":"ES256"}"#));
+        assert!(parse(&padded).is_err());
+    }
+
+    #[test]
+    fn claims_are_checked_with_skew() {
+        let now = 1_000_000;
+        let base = json!({"iss": "https://idp", "aud": ["other", "svc"], "sub": "s",
+            "exp": now + 10, "nbf": now - 10});
+        let check = |claims: &Value| {
+            let t = token(&json!({"alg": "ES256"}), claims);
+            parse(&t).unwrap().claims(&rules(now)).map(|c| c.subject)
+        };
+        assert_eq!(check(&base).unwrap(), "s");
+        let with = |field: &str, value: Value| {
+            let mut c = base.clone();
+            c[field] = value;
+            c
+        };
+        // Within the skew either side.
+        assert!(check(&with("exp", json!(now - 59))).is_ok());
+        assert!(check(&with("nbf", json!(now + 59))).is_ok());
+        // A fractional NumericDate counts its whole seconds.
+        assert!(check(&with("exp", json!(now as f64 + 10.5))).is_ok());
+        for (field, value, why) in [
+            ("exp", json!(now - 61), "expired"),
+            ("exp", json!("tomorrow"), "NumericDate"),
+            ("nbf", json!(now + 61), "not valid yet"),
+            ("iss", json!("https://idp/"), "issuer"),
+            ("aud", json!("other"), "audience"),
+            ("aud", json!(["x"]), "audience"),
+            ("sub", json!(42), "subject"),
+        ] {
+            let err = check(&with(field, value)).unwrap_err();
+            assert!(err.contains(why), "{field}: {err}");
+        }
+        let mut no_exp = base.clone();
+        no_exp.as_object_mut().unwrap().remove("exp");
+        assert!(check(&no_exp).unwrap_err().contains("expiry"));
+    }
+}
