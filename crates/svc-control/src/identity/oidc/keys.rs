@@ -252,10 +252,9 @@ mod tests {
         let mut value = json!({"kty": "EC", "crv": "P-256", "kid": "k",
             "x": URL_SAFE_NO_PAD.encode(point.x().unwrap()),
             "y": URL_SAFE_NO_PAD.encode(point.y().unwrap())});
-        value
-            .as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
+        if let serde_json::Value::Object(extra) = extra {
+            value.as_object_mut().unwrap().extend(extra);
+        }
         value
     }
 
