@@ -21,7 +21,6 @@ const MAX_TEXT_LEN: usize = 256;
 
 /// `POST /admin/tenants`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct TenantRequest {
     /// `[a-z0-9][a-z0-9_-]{0,62}`.
     pub id: String,
@@ -32,7 +31,6 @@ pub struct TenantRequest {
 
 /// `PUT /admin/tenants/{tenantID}/members/{subject}`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct MemberRequest {
     /// `viewer`, `operator` or `tenant_admin`.
     pub role: String,
@@ -41,7 +39,6 @@ pub struct MemberRequest {
 /// `POST /admin/tenants/{tenantID}/policies` and `PUT .../policies/{policyID}` (a PUT replaces
 /// every field).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct PolicyRequest {
     /// Display name, named in denials.
     pub name: String,

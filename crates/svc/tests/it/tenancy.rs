@@ -48,6 +48,16 @@ async fn tenant_records_follow_decisions() {
     assert_eq!(listed.status, 200);
     assert_eq!(listed.body[0]["id"], "default", "{}", listed.body);
     create_tenant(&server, "acme").await;
+    // Unknown fields are ignored, as in every other body.
+    let extra = admin(
+        &server,
+        Method::POST,
+        "/admin/tenants",
+        Some(json!({"id": "initech", "plan": "gold"})),
+    )
+    .await;
+    assert_eq!(extra.status, 201, "{}", extra.body);
+    assert_eq!(extra.body["name"], "initech");
     let dup = admin(
         &server,
         Method::POST,
