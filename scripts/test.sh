@@ -3,8 +3,9 @@
 # only). It first installs and starts what the tests need when it is missing, waiting for each
 # with a deadline and saying clearly what failed, then runs every test of the workspace.
 #
-# What the tests use: a temporary SQLite file, the mock provider, and a real Docker engine with
-# locally built test images (scripts/docker-test-env.sh). PostgreSQL joins with its issue.
+# What the tests use: a temporary SQLite file, the mock provider, a real Docker engine with
+# locally built test images (scripts/docker-test-env.sh), and `promtool` (Debian's `prometheus`
+# package) to check the metrics exposition. PostgreSQL joins with its issue.
 #
 # SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
 set -euo pipefail
@@ -25,6 +26,16 @@ else
     # The Docker tests fail instead of skipping when the engine is missing.
     export SVC_TEST_REQUIRE_DOCKER=1
 fi
+
+# promtool checks the text metrics (tests/it/observe.rs); the test fails without it in CI.
+if ! command -v promtool >/dev/null 2>&1; then
+    say "installing promtool (Debian package prometheus)"
+    apt_install prometheus || die "could not install the prometheus package (promtool) with apt-get"
+    # The package's service is not needed; on machines with an init system it may have started.
+    command -v systemctl >/dev/null 2>&1 && systemctl stop prometheus >/dev/null 2>&1 || true
+fi
+command -v promtool >/dev/null 2>&1 || die "promtool is still missing after installing prometheus"
+export SVC_TEST_REQUIRE_PROMTOOL=1
 
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

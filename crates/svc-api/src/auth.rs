@@ -128,12 +128,22 @@ fn outcome(status: StatusCode) -> AuditOutcome {
     }
 }
 
-/// The middleware.
+/// The middleware. The route's template goes into the response's extensions too, for the
+/// request metrics of the outer observation layer (which runs before routing).
 pub(crate) async fn authenticate(
     State(plane): State<ControlPlane>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let mut response = authenticate_routed(plane, request, next).await;
+    if let Some(route) = route {
+        response.extensions_mut().insert(route);
+    }
+    response
+}
+
+async fn authenticate_routed(plane: ControlPlane, mut request: Request, next: Next) -> Response {
     let path = request.uri().path().to_owned();
     if PROBES.contains(&path.as_str()) || path.starts_with(WORKER_PREFIX) {
         return next.run(request).await;

@@ -11,6 +11,9 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
     use Action::*;
     &[
         ("GET", "/admin/audit", ReadAudit),
+        ("GET", "/admin/diagnostics", UseAdminRoutes),
+        ("GET", "/admin/metrics", UseAdminRoutes),
+        ("GET", "/admin/metrics/scrape", UseAdminRoutes),
         ("GET", "/admin/providers", UseAdminRoutes),
         ("GET", "/admin/providers/{name}", UseAdminRoutes),
         ("POST", "/admin/providers/test", UseAdminRoutes),
@@ -64,7 +67,10 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("POST", "/admin/worker-tokens", ManageWorkers),
         ("DELETE", "/admin/workers/{workerID}", ManageWorkers),
         ("POST", "/admin/workers/{workerID}/heartbeat", ManageWorkers),
+        ("GET", "/diagnostics", ReadDiagnostics),
         ("GET", "/events", ReadEvents),
+        ("GET", "/metrics", ReadDiagnostics),
+        ("GET", "/metrics/scrape", ReadDiagnostics),
         ("GET", "/pool/status", ReadPool),
         ("GET", "/providers", ReadProviders),
         ("GET", "/providers/{name}", ReadProviders),
@@ -93,6 +99,7 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("POST", "/sandboxes/{id}/files/move", WriteFiles),
         ("GET", "/sandboxes/{id}/files/stat", ReadFiles),
         ("GET", "/sandboxes/{id}/logs", ReadLogs),
+        ("GET", "/sandboxes/{id}/stats", ReadSandboxes),
         ("GET", "/snapshots", ReadSnapshots),
         ("GET", "/templates", ReadTemplates),
         ("POST", "/templates", WriteTemplates),

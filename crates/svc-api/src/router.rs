@@ -28,6 +28,7 @@ fn api_router() -> OpenApiRouter<ControlPlane> {
         .merge(routes::quotas::routes())
         .merge(routes::workers::routes())
         .merge(routes::tenants::routes())
+        .merge(routes::observe::routes())
         .merge(routes::events::routes());
     OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
 }
@@ -81,6 +82,7 @@ pub fn router(plane: ControlPlane) -> Router {
     let yaml = Bytes::from(render(&document, OpenApiFormat::Yaml));
     let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);
     let cors = cors(&plane.config().server.cors_allowed_origins);
+    let observed = plane.clone();
     // Every API route authenticates (probes excepted, see auth.rs); the interface description
     // is public.
     api.route_layer(axum::middleware::from_fn_with_state(
@@ -105,5 +107,8 @@ pub fn router(plane: ControlPlane) -> Router {
     .layer(axum::middleware::from_fn(crate::error::json_errors))
     .with_state(plane)
     .layer(cors)
-    .layer(axum::middleware::from_fn(crate::observe::observe))
+    .layer(axum::middleware::from_fn_with_state(
+        observed,
+        crate::observe::observe,
+    ))
 }

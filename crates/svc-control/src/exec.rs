@@ -40,6 +40,15 @@ pub enum ExecForm {
 }
 
 impl ExecForm {
+    /// The operation's name in metrics.
+    fn metric(self) -> &'static str {
+        match self {
+            ExecForm::Buffered => "exec",
+            ExecForm::Stream => "exec_stream",
+            ExecForm::Interactive => "exec_interactive",
+        }
+    }
+
     fn operation(self) -> ExecOperation {
         match self {
             ExecForm::Buffered => ExecOperation::Exec,
@@ -95,7 +104,7 @@ pub struct RunningExec {
     plane: ControlPlane,
     sandbox_id: SandboxId,
     tenant_id: String,
-    provider: String,
+    provider: &'static str,
     form: ExecForm,
     output: Option<OutputStream>,
     exit: Option<BoxFuture<'static, Result<ExitStatus, ProviderError>>>,
@@ -126,7 +135,7 @@ impl RunningExec {
     }
 
     fn publish(&self, payload: impl FnOnce(ExecEventData) -> EventPayload) {
-        let data = event_data(self.form, &self.provider);
+        let data = event_data(self.form, self.provider);
         self.plane
             .events()
             .publish_in(&self.tenant_id, Some(&self.sandbox_id), payload(data));
@@ -191,6 +200,12 @@ impl RunningExec {
     fn finish(&mut self, status: &Result<ExitStatus, ProviderError>) -> ExecOutput {
         self.ended = true;
         let duration = self.started.elapsed();
+        self.plane.operations().record(
+            self.form.metric(),
+            self.provider,
+            status.is_ok() && !self.timed_out,
+            duration,
+        );
         let exit_code = match (status, self.timed_out) {
             (_, true) => TIMEOUT_EXIT_CODE,
             (Ok(status), false) => status.code,
@@ -254,8 +269,9 @@ impl Drop for RunningExec {
         let plane = self.plane.clone();
         let sandbox_id = self.sandbox_id.clone();
         let tenant_id = self.tenant_id.clone();
-        let data = event_data(self.form, &self.provider);
+        let data = event_data(self.form, self.provider);
         let started = self.started;
+        let (operation, provider) = (self.form.metric(), self.provider);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -265,6 +281,10 @@ impl Drop for RunningExec {
                 Some(exit) => exit.await.ok().map(|s| s.code),
                 None => None,
             };
+            // The command ran as asked; its caller left.
+            plane
+                .operations()
+                .record(operation, provider, true, started.elapsed());
             let data = ExecEventData {
                 exit_code,
                 duration: Some(GoDuration::new(started.elapsed()).to_string()),
@@ -362,9 +382,12 @@ impl ControlPlane {
             Some(&sandbox.id),
             EventPayload::ExecStarted(data.clone()),
         );
+        let starting = Instant::now();
         let session = match provider.exec(&sandbox.id, spec).await {
             Ok(session) => session,
             Err(err) => {
+                self.operations()
+                    .record(form.metric(), provider.name(), false, starting.elapsed());
                 let err = self.provider_failure(Some(&sandbox.id), provider.name(), "exec", err);
                 let data = ExecEventData {
                     error: Some(err.public_message()),
@@ -383,7 +406,7 @@ impl ControlPlane {
             plane: self.clone(),
             sandbox_id: sandbox.id.clone(),
             tenant_id: sandbox.tenant_id.clone(),
-            provider: provider.name().to_owned(),
+            provider: provider.name(),
             form,
             output: Some(session.output),
             exit: Some(session.exit),
@@ -496,7 +519,7 @@ mod tests {
             plane: ControlPlane::for_tests().await,
             sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
             tenant_id: "default".to_owned(),
-            provider: "test".into(),
+            provider: "test",
             form: ExecForm::Buffered,
             output: Some(Box::pin(futures::stream::pending())),
             exit: Some(Box::pin(futures::future::pending())),

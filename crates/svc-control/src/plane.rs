@@ -36,6 +36,7 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) authenticator: Authenticator,
     pub(crate) member_roles: crate::identity::MemberRoles,
+    http_metrics: crate::observe::http::HttpMetrics,
     pub(crate) retries: crate::retry::Retries,
     pub(crate) spawn_queue: Arc<crate::queue::SpawnQueue>,
     rate_limiter: Arc<crate::ratelimit::RateLimiter>,
@@ -74,6 +75,7 @@ impl ControlPlane {
                 clock: parts.clock,
                 authenticator: parts.authenticator,
                 member_roles: crate::identity::MemberRoles::default(),
+                http_metrics: crate::observe::http::HttpMetrics::new(),
                 retries: crate::retry::Retries::default(),
                 spawn_queue,
                 rate_limiter,
@@ -105,6 +107,16 @@ impl ControlPlane {
     /// The providers.
     pub(crate) fn providers(&self) -> &ProviderRegistry {
         &self.inner.providers
+    }
+
+    /// Per-route HTTP request metrics (recorded by the HTTP layer).
+    pub fn http_metrics(&self) -> &crate::observe::http::HttpMetrics {
+        &self.inner.http_metrics
+    }
+
+    /// Counters of every provider operation and exec.
+    pub fn operations(&self) -> &crate::observe::operations::OperationMetrics {
+        self.inner.providers.operations()
     }
 
     /// The event bus.

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::observe::metered::Metered;
+use crate::observe::operations::OperationMetrics;
 use serde::Serialize;
 use svc_core::access::Action;
 use svc_core::{Capability, Clock, Timestamp};
@@ -80,24 +82,43 @@ pub struct ProviderRegistry {
     default: String,
     health: RwLock<HashMap<&'static str, ProviderHealth>>,
     clock: Arc<dyn Clock>,
+    operations: Arc<OperationMetrics>,
 }
 
 impl ProviderRegistry {
     /// A registry of `providers` with `default` as the default; `default` must be one of them.
+    /// Every provider is wrapped so each call is counted and timed (see [`Metered`]).
     pub fn new(providers: Vec<Arc<dyn Provider>>, default: String, clock: Arc<dyn Clock>) -> Self {
+        let operations = Arc::new(OperationMetrics::default());
         ProviderRegistry {
-            providers,
+            providers: Self::metered(providers, &operations),
             retired: Vec::new(),
             default,
             health: RwLock::new(HashMap::new()),
             clock,
+            operations,
         }
+    }
+
+    fn metered(
+        providers: Vec<Arc<dyn Provider>>,
+        operations: &Arc<OperationMetrics>,
+    ) -> Vec<Arc<dyn Provider>> {
+        providers
+            .into_iter()
+            .map(|p| Metered::wrap(p, Arc::clone(operations)))
+            .collect()
     }
 
     /// Adds providers that spawn nothing new but still clean up after themselves.
     pub fn with_retired(mut self, retired: Vec<Arc<dyn Provider>>) -> Self {
-        self.retired = retired;
+        self.retired = Self::metered(retired, &self.operations);
         self
+    }
+
+    /// The counters of every provider operation.
+    pub fn operations(&self) -> &Arc<OperationMetrics> {
+        &self.operations
     }
 
     /// The enabled provider called `name`.

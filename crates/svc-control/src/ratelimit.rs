@@ -182,7 +182,7 @@ impl RateLimiter {
             cleanup_interval: self.config.cleanup_interval,
             active_buckets: self.buckets(),
             allowed_total: self.allowed.load(Ordering::Relaxed),
-            blocked_total: self.blocked.load(Ordering::Relaxed),
+            limited_total: self.blocked.load(Ordering::Relaxed),
             evicted_total: self.evicted.load(Ordering::Relaxed),
         }
     }
@@ -258,7 +258,7 @@ pub struct RateLimitStats {
     /// Requests let through.
     pub allowed_total: u64,
     /// Requests refused with 429.
-    pub blocked_total: u64,
+    pub limited_total: u64,
     /// Buckets evicted for idleness.
     pub evicted_total: u64,
 }
@@ -313,7 +313,7 @@ mod tests {
         );
         assert!(!l.check(owner("a"), later).unwrap().allowed);
         let stats = l.stats();
-        assert_eq!((stats.allowed_total, stats.blocked_total), (5, 2));
+        assert_eq!((stats.allowed_total, stats.limited_total), (5, 2));
     }
 
     #[test]

@@ -10,17 +10,27 @@
 //! - A `running` record whose runtime is gone from its provider's inventory is ended as
 //!   `destroyed` with `state_reason: runtime_vanished` when its lease can be taken, event
 //!   `reconcile.action` `marked_destroyed` (and `sandbox.destroyed`).
+//! - A `running` record whose runtime is still listed but no longer runs (a container that
+//!   exited, was killed or OOM-killed) is ended as `error` with `state_reason:
+//!   provider_failed` when its lease can be taken, and the stopped runtime is removed, event
+//!   `reconcile.action` `marked_error` (and `sandbox.error`). The record is ended before the
+//!   runtime is removed: a removal that fails leaves a runtime whose record has ended, which
+//!   the next pass sweeps, whereas the other order would leave a record the next pass would
+//!   wrongly call vanished.
+//!
+//! Every event about a sandbox is published in its tenant, so tenant-scoped subscribers learn
+//! what became of their sandboxes (decisions §12).
 //!
 //! Only providers that list their runtimes take part; one whose listing fails is skipped this
 //! round (a provider that cannot answer must not make every record look vanished).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use svc_core::access::Action;
 use svc_core::clock::add_duration;
-use svc_core::event::{EventPayload, ReconcileEventData};
+use svc_core::event::{EventPayload, ReconcileEventData, SandboxEventData};
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::worker::LeaseAcquire;
 use svc_core::{Capability, Error, SandboxId};
@@ -45,6 +55,8 @@ pub struct ReconcileReport {
     pub adopted: usize,
     /// Records whose runtime had vanished, ended as `destroyed`.
     pub marked_destroyed: usize,
+    /// Records whose runtime had stopped, ended as `error` (its runtime removed).
+    pub marked_error: usize,
     /// Runtimes removed because their record had already ended.
     pub swept: usize,
     /// Changes another worker's lease kept us from making.
@@ -85,7 +97,8 @@ impl ControlPlane {
             .collect();
         let mut report = ReconcileReport::default();
         for (provider, runtimes) in &inventories {
-            let present: HashSet<&SandboxId> = runtimes.iter().map(|r| &r.sandbox_id).collect();
+            let present: HashMap<&SandboxId, &RuntimeInfo> =
+                runtimes.iter().map(|r| (&r.sandbox_id, r)).collect();
             for runtime in runtimes {
                 if records
                     .get(&runtime.sandbox_id)
@@ -108,14 +121,18 @@ impl ControlPlane {
             }
             // A worker judges only its own records: another's runtimes may live where this
             // provider cannot see them.
-            let vanished = records.values().filter(|r| {
+            let own_running = records.values().filter(|r| {
                 r.provider == provider.name()
                     && r.state == SandboxState::Running
                     && r.worker_id.as_deref() == Some(self.worker_id())
-                    && !present.contains(&r.id)
             });
-            for record in vanished {
-                self.mark_vanished(provider.as_ref(), record, &mut report)
+            for record in own_running {
+                let loss = match present.get(&record.id) {
+                    None => RuntimeLoss::Vanished,
+                    Some(runtime) if !runtime.running => RuntimeLoss::Stopped,
+                    Some(_) => continue,
+                };
+                self.end_lost_runtime(provider.as_ref(), record, loss, &mut report)
                     .await;
             }
         }
@@ -123,6 +140,7 @@ impl ControlPlane {
             tracing::info!(
                 adopted = report.adopted,
                 marked_destroyed = report.marked_destroyed,
+                marked_error = report.marked_error,
                 swept = report.swept,
                 fenced = report.fenced,
                 "reconciled the store with the providers"
@@ -219,56 +237,67 @@ impl ControlPlane {
         }
     }
 
-    async fn mark_vanished(
+    /// Ends a `running` record whose runtime is lost (`loss`), once the provider confirms it
+    /// and the lease is ours: `destroyed`/`runtime_vanished` for a vanished runtime,
+    /// `error`/`provider_failed` for a stopped one, whose runtime is then removed.
+    async fn end_lost_runtime(
         &self,
         provider: &dyn Provider,
         record: &Sandbox,
+        loss: RuntimeLoss,
         report: &mut ReconcileReport,
     ) {
         // The inventory was taken before the records were read: a runtime made in between
-        // is absent from it but present now.
-        if !matches!(
-            provider.status(&record.id).await,
-            Ok(RuntimeStatus::Missing)
-        ) {
-            return;
+        // is absent from it but present now, and one may have started again since.
+        match provider.status(&record.id).await {
+            Ok(status) if status == loss.status() => {}
+            _ => return,
         }
         if !self.lease_for_reconcile(&record.id, report).await {
             return;
         }
-        let ending = Ending {
-            reason: StateReason::RuntimeVanished,
-            message: format!("the runtime was gone from provider {}", record.provider),
-        };
+        let ending = loss.ending(&record.provider);
         let ended = self
             .store()
-            .end_sandbox(
-                &record.id,
-                EndedState::Destroyed,
-                &ending,
-                self.clock().now(),
-            )
+            .end_sandbox(&record.id, loss.ended_state(), &ending, self.clock().now())
             .await;
-        match ended {
-            Ok(Some(ended)) => {
-                self.inner.held_leases.forget(ended.id.as_str());
-                report.marked_destroyed += 1;
-                self.spawn_queue().capacity_changed();
-                self.publish_reconcile(&ended, "marked_destroyed");
-                self.events().publish(
-                    Some(&ended.id),
-                    EventPayload::SandboxDestroyed(sandbox_event_data(&ended)),
-                );
-            }
-            Ok(None) => {}
+        let ended = match ended {
+            Ok(Some(ended)) => ended,
+            Ok(None) => return,
             Err(err) => {
-                tracing::warn!(sandbox_id = %record.id, error = %err, "reconciliation: ending a vanished sandbox failed");
+                tracing::warn!(sandbox_id = %record.id, reason = ending.reason.as_str(), error = %err, "reconciliation: ending a sandbox whose runtime was lost failed");
+                return;
+            }
+        };
+        self.inner.held_leases.forget(ended.id.as_str());
+        match loss {
+            RuntimeLoss::Vanished => report.marked_destroyed += 1,
+            RuntimeLoss::Stopped => {
+                report.marked_error += 1;
+                if let Err(err) = provider.destroy(&ended.id).await {
+                    // Its record has ended: the next pass sweeps it.
+                    tracing::warn!(sandbox_id = %ended.id, error = %err, "reconciliation: removing a stopped runtime failed; retried at the next pass");
+                }
             }
         }
+        self.spawn_queue().capacity_changed();
+        self.publish_reconcile(&ended, loss.action());
+        let data = sandbox_event_data(&ended);
+        let payload = match loss {
+            RuntimeLoss::Vanished => EventPayload::SandboxDestroyed(data),
+            RuntimeLoss::Stopped => EventPayload::SandboxError(SandboxEventData {
+                error: Some(ending.message.clone()),
+                ..data
+            }),
+        };
+        self.events()
+            .publish_in(&ended.tenant_id, Some(&ended.id), payload);
+        tracing::warn!(sandbox_id = %ended.id, tenant_id = %ended.tenant_id, provider = %ended.provider, reason = ending.reason.as_str(), state_message = %ending.message, "reconciliation ended a sandbox whose runtime was lost");
     }
 
     fn publish_reconcile(&self, sandbox: &Sandbox, action: &str) {
-        self.events().publish(
+        self.events().publish_in(
+            &sandbox.tenant_id,
             Some(&sandbox.id),
             EventPayload::ReconcileAction(ReconcileEventData {
                 action: action.to_owned(),
@@ -276,6 +305,53 @@ impl ControlPlane {
                 image: sandbox.image.clone(),
             }),
         );
+    }
+}
+
+/// How a `running` record's runtime was found lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RuntimeLoss {
+    /// Gone from the provider's inventory.
+    Vanished,
+    /// Listed, but no longer running.
+    Stopped,
+}
+
+impl RuntimeLoss {
+    /// What the provider must still answer for the loss to be acted on.
+    fn status(self) -> RuntimeStatus {
+        match self {
+            RuntimeLoss::Vanished => RuntimeStatus::Missing,
+            RuntimeLoss::Stopped => RuntimeStatus::Stopped,
+        }
+    }
+
+    fn ended_state(self) -> EndedState {
+        match self {
+            RuntimeLoss::Vanished => EndedState::Destroyed,
+            RuntimeLoss::Stopped => EndedState::Error,
+        }
+    }
+
+    fn ending(self, provider: &str) -> Ending {
+        match self {
+            RuntimeLoss::Vanished => Ending {
+                reason: StateReason::RuntimeVanished,
+                message: format!("the runtime was gone from provider {provider}"),
+            },
+            RuntimeLoss::Stopped => Ending {
+                reason: StateReason::ProviderFailed,
+                message: format!("the runtime stopped on provider {provider}"),
+            },
+        }
+    }
+
+    /// The `reconcile.action` action.
+    fn action(self) -> &'static str {
+        match self {
+            RuntimeLoss::Vanished => "marked_destroyed",
+            RuntimeLoss::Stopped => "marked_error",
+        }
     }
 }
 

@@ -49,22 +49,18 @@ impl ControlPlane {
     }
 
     /// A sandbox the caller may see that is `running` (for exec, files, logs, extend); any
-    /// other state is 409 saying which, and so is a sandbox whose lease another worker holds
-    /// (its runtime is that worker's).
+    /// other state is 409 saying which (and for an ended sandbox why and when, decisions §7),
+    /// and so is a sandbox whose lease another worker holds (its runtime is that worker's).
     pub(crate) async fn running_sandbox(
         &self,
         principal: &Principal,
         id: &str,
     ) -> Result<Sandbox, Error> {
         let sandbox = self.find_sandbox(principal, id).await?;
-        if sandbox.state == SandboxState::Running {
-            self.check_not_fenced(&sandbox).await?;
-        } else {
-            return Err(Error::SandboxNotRunning {
-                id: sandbox.id.to_string(),
-                state: sandbox.state,
-            });
+        if sandbox.state != SandboxState::Running {
+            return Err(sandbox.not_running_error());
         }
+        self.check_not_fenced(&sandbox).await?;
         Ok(sandbox)
     }
 
@@ -117,10 +113,7 @@ impl ControlPlane {
         self.authorize(principal, Action::Destroy)?;
         let sandbox = self.find_sandbox(principal, id).await?;
         if sandbox.state == SandboxState::Creating {
-            return Err(Error::SandboxNotRunning {
-                id: sandbox.id.to_string(),
-                state: sandbox.state,
-            });
+            return Err(sandbox.not_running_error());
         }
         self.detached(move |plane| async move {
             plane
@@ -280,13 +273,28 @@ impl ControlPlane {
         let limits = self.effective_limits(&sandbox.owner_id).await?;
         check_ttl(limits.max_ttl, sandbox.lifetime_if_extended(now, ttl))
             .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?;
-        self.store()
+        match self
+            .store()
             .set_sandbox_expiry(&sandbox.id, add_duration(now, ttl))
             .await?
-            .ok_or(Error::SandboxNotRunning {
-                id: sandbox.id.to_string(),
+        {
+            Some(extended) => Ok(extended),
+            None => Err(self.ended_meanwhile(&sandbox).await),
+        }
+    }
+
+    /// The 409 for a sandbox that left `running` while an operation on it was under way: what
+    /// its record says now, so the refusal says why it ended.
+    async fn ended_meanwhile(&self, sandbox: &Sandbox) -> Error {
+        match self.store().get_sandbox(&sandbox.id).await {
+            Ok(Some(now)) if now.state != SandboxState::Running => now.not_running_error(),
+            // Gone or unreadable: it has ended, how is not known here.
+            _ => Sandbox {
                 state: SandboxState::Destroyed,
-            })
+                ..sandbox.clone()
+            }
+            .not_running_error(),
+        }
     }
 
     /// `DELETE /sandboxes`: destroys the expired sandboxes the caller can see (reason

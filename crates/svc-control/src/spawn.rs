@@ -89,6 +89,7 @@ pub(crate) fn sandbox_event_data(sandbox: &Sandbox) -> SandboxEventData {
         tenant_id: sandbox.tenant_id.clone(),
         worker_id: sandbox.worker_id.clone(),
         reason: sandbox.state_reason,
+        message: sandbox.state_message.clone(),
         error: None,
         image_pulled: false,
     }

@@ -100,6 +100,8 @@ pub enum Action {
     ReadQuotas,
     /// List or get workers.
     ReadWorkers,
+    /// Read diagnostics and metrics.
+    ReadDiagnostics,
     /// Spawn a sandbox (directly or from a template).
     Spawn,
     /// Check admission without spawning.
@@ -148,7 +150,8 @@ impl Action {
             | Action::ReadPool
             | Action::ReadEvents
             | Action::ReadQuotas
-            | Action::ReadWorkers => RouteGroup::Read,
+            | Action::ReadWorkers
+            | Action::ReadDiagnostics => RouteGroup::Read,
             Action::Spawn
             | Action::CheckAdmission
             | Action::Destroy
@@ -180,6 +183,7 @@ impl Action {
             Action::ReadEvents => "read events",
             Action::ReadQuotas => "read quotas",
             Action::ReadWorkers => "read workers",
+            Action::ReadDiagnostics => "read diagnostics and metrics",
             Action::Spawn => "spawn sandboxes",
             Action::CheckAdmission => "check spawn admission",
             Action::Destroy => "destroy sandboxes",

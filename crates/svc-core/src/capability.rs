@@ -40,6 +40,8 @@ pub enum Capability {
     Microvm,
     /// Talks to a guest agent over vsock.
     VsockAgent,
+    /// Reports a sandbox's resource usage (`GET /sandboxes/{id}/stats`).
+    Stats,
 }
 
 impl Capability {
@@ -57,6 +59,7 @@ impl Capability {
             Capability::Snapshots => "snapshots",
             Capability::Microvm => "microvm",
             Capability::VsockAgent => "vsock_agent",
+            Capability::Stats => "stats",
         }
     }
 }

@@ -180,13 +180,20 @@ pub enum Error {
         id: String,
     },
     /// The sandbox is not running (still being created, or ended), so it cannot run commands,
-    /// move files or be extended.
-    #[error("sandbox {id} {}", state.describe())]
+    /// move files or be extended. An ended one says why and when (decisions §7), so a caller
+    /// learns from the refusal itself what became of its sandbox.
+    #[error("sandbox {id} {}", not_running(*state, *reason, message.as_deref(), *ended_at))]
     SandboxNotRunning {
         /// The sandbox.
         id: String,
         /// The state it is in.
         state: crate::sandbox::SandboxState,
+        /// Why it ended (its `state_reason`); absent until it has.
+        reason: Option<crate::sandbox::StateReason>,
+        /// Its `state_message`; absent or empty when there is nothing to add.
+        message: Option<String>,
+        /// When it ended (its `destroyed_at`), where the record keeps it.
+        ended_at: Option<crate::clock::Timestamp>,
     },
     /// No credentials, or credentials that match nothing.
     #[error("{message}")]
@@ -406,6 +413,38 @@ pub fn cut(message: &str) -> String {
     }
 }
 
+/// What follows "sandbox X" in [`Error::SandboxNotRunning`]: the state, and for an ended
+/// sandbox its reason, message and end, e.g. `was destroyed: expired at 2026-11-23T07:00:00Z`
+/// or `has failed: provider_failed (the runtime stopped on provider docker)`.
+fn not_running(
+    state: crate::sandbox::SandboxState,
+    reason: Option<crate::sandbox::StateReason>,
+    message: Option<&str>,
+    ended_at: Option<crate::clock::Timestamp>,
+) -> String {
+    use crate::sandbox::SandboxState;
+    let verb = match state {
+        SandboxState::Destroyed => "was destroyed",
+        SandboxState::Error => "has failed",
+        SandboxState::Creating | SandboxState::Running => return state.describe().to_owned(),
+    };
+    let Some(reason) = reason else {
+        // A record ended before reasons were kept.
+        return state.describe().to_owned();
+    };
+    let mut text = format!("{verb}: {}", reason.as_str());
+    if let Some(message) = message.filter(|m| !m.is_empty()) {
+        text.push_str(&format!(" ({})", cut(message)));
+    }
+    if let Some(at) = ended_at {
+        text.push_str(&format!(
+            " at {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        ));
+    }
+    text
+}
+
 /// Result alias for service operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -428,6 +467,54 @@ mod tests {
             Error::internal("saving sandbox", std::io::Error::other("disk: secret path"));
         assert_eq!(internal.kind(), ErrorKind::Internal);
         assert!(!internal.public_message().contains("secret"));
+    }
+
+    #[test]
+    fn a_refusal_on_an_ended_sandbox_says_why_and_when() {
+        use crate::sandbox::{SandboxState, StateReason};
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-23T07:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let refusal = |state, reason, message: &str, ended_at| Error::SandboxNotRunning {
+            id: "sb-0123456789abcdef".into(),
+            state,
+            reason,
+            message: Some(message.to_owned()),
+            ended_at,
+        };
+        let expired = refusal(
+            SandboxState::Destroyed,
+            Some(StateReason::Expired),
+            "",
+            Some(at),
+        );
+        assert_eq!(expired.kind(), ErrorKind::Conflict);
+        assert_eq!(
+            expired.to_string(),
+            "sandbox sb-0123456789abcdef was destroyed: expired at 2026-11-23T07:00:00Z"
+        );
+        let failed = refusal(
+            SandboxState::Error,
+            Some(StateReason::ProviderFailed),
+            "the runtime stopped on provider docker",
+            None,
+        );
+        assert_eq!(failed.kind(), ErrorKind::Conflict);
+        assert_eq!(
+            failed.to_string(),
+            "sandbox sb-0123456789abcdef has failed: provider_failed \
+             (the runtime stopped on provider docker)"
+        );
+        let creating = refusal(SandboxState::Creating, None, "", None);
+        assert_eq!(
+            creating.to_string(),
+            "sandbox sb-0123456789abcdef is still being created"
+        );
+        let reasonless = refusal(SandboxState::Destroyed, None, "", Some(at));
+        assert_eq!(
+            reasonless.to_string(),
+            "sandbox sb-0123456789abcdef is destroyed"
+        );
     }
 
     #[test]

@@ -201,6 +201,10 @@ pub struct SandboxEventData {
     /// Why it ended (`sandbox.destroyed`, `sandbox.error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<StateReason>,
+    /// How it ended, in words: the record's `state_message` (`sandbox.destroyed`,
+    /// `sandbox.error`); may be empty.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
     /// What went wrong (`sandbox.error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

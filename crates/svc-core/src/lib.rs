@@ -14,6 +14,7 @@ pub mod event;
 pub mod exec;
 pub mod glob;
 pub mod id;
+pub mod observe;
 pub mod owner;
 pub mod path;
 pub mod quota;

@@ -199,6 +199,19 @@ impl Sandbox {
     pub fn lifetime_if_extended(&self, now: Timestamp, ttl: Duration) -> Duration {
         elapsed_between(self.created_at, add_duration(now, ttl))
     }
+
+    /// The 409 for an operation that needs it running: its state, and once it has ended, why
+    /// and when (decisions §7).
+    pub fn not_running_error(&self) -> crate::Error {
+        let ended = self.state.has_ended();
+        crate::Error::SandboxNotRunning {
+            id: self.id.to_string(),
+            state: self.state,
+            reason: self.state_reason.filter(|_| ended),
+            message: self.state_message.clone().filter(|_| ended),
+            ended_at: self.destroyed_at.filter(|_| ended),
+        }
+    }
 }
 
 /// `POST /sandboxes` body. Every field is optional; server defaults apply.
@@ -451,6 +464,37 @@ mod tests {
         assert_eq!(json["worker_id"], "local");
         assert!(json.get("env").is_none());
         assert!(!json.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn a_refusal_carries_how_the_sandbox_ended() {
+        let running = sample();
+        let ended_at = add_duration(running.created_at, Duration::from_secs(60));
+        let destroyed = Sandbox {
+            state: SandboxState::Destroyed,
+            destroyed_at: Some(ended_at),
+            state_reason: Some(StateReason::RuntimeVanished),
+            state_message: Some("the runtime was gone from provider mock".into()),
+            ..sample()
+        };
+        let refusal = destroyed.not_running_error();
+        assert_eq!(refusal.kind(), crate::ErrorKind::Conflict);
+        assert_eq!(
+            refusal.to_string(),
+            format!(
+                "sandbox {} was destroyed: runtime_vanished (the runtime was gone from provider \
+                 mock) at 2026-01-01T00:01:00Z",
+                destroyed.id
+            )
+        );
+        let creating = Sandbox {
+            state: SandboxState::Creating,
+            ..sample()
+        };
+        assert_eq!(
+            creating.not_running_error().to_string(),
+            format!("sandbox {} is still being created", creating.id)
+        );
     }
 
     #[test]

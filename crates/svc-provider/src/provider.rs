@@ -67,6 +67,26 @@ pub enum RuntimeStatus {
     Missing,
 }
 
+/// A sandbox's resource usage at one moment (`GET /sandboxes/{id}/stats`, decisions §13).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct SandboxStats {
+    /// CPU use over the sampling window, in percent of one CPU (200 = two CPUs busy).
+    pub cpu_percent: f64,
+    /// Memory in use.
+    pub memory_bytes: u64,
+    /// The memory limit (0 when none is known).
+    pub memory_limit_bytes: u64,
+    /// Processes (or threads, as the runtime counts them).
+    pub pids: u64,
+    /// Bytes received on the sandbox's network interfaces.
+    pub net_rx_bytes: u64,
+    /// Bytes sent.
+    pub net_tx_bytes: u64,
+    /// When the sample was taken.
+    #[schema(value_type = String, format = DateTime)]
+    pub sampled_at: svc_core::Timestamp,
+}
+
 /// A cached root filesystem (`GET /snapshots`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct SnapshotInfo {
@@ -110,6 +130,11 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Whether the runtime exists and runs.
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError>;
+
+    /// The runtime's resource usage now (capability `stats`).
+    async fn stats(&self, _id: &SandboxId) -> Result<SandboxStats, ProviderError> {
+        Err(ProviderError::Unsupported { op: "stats" })
+    }
 
     /// Every runtime carrying svc's labels.
     async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {

@@ -621,11 +621,56 @@ async fn logs_answer(sb: &Sandbox) {
     assert!(sb.p().logs(&sb.id, 0).await.unwrap().is_empty());
 }
 
+async fn stats_count_a_running_command(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Stats) {
+        return;
+    }
+    let ExecSession {
+        mut output,
+        control,
+        exit,
+    } = sb
+        .start(spec(&["/bin/sh", "-c", "echo started; sleep 30"]))
+        .await;
+    let first = tokio::time::timeout(Duration::from_secs(10), output.next())
+        .await
+        .expect("the command starts")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first.data[..], b"started\n");
+    let stats = sb.p().stats(&sb.id).await.unwrap();
+    control.kill().await.unwrap();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        collect(ExecSession {
+            output,
+            control,
+            exit,
+        }),
+    )
+    .await
+    .expect("killed promptly");
+    assert!(stats.pids >= 1, "{stats:?}");
+    assert!(stats.memory_bytes > 0, "{stats:?}");
+    assert_eq!(stats.memory_limit_bytes, 256 * 1024 * 1024, "{stats:?}");
+    assert!(
+        stats.cpu_percent.is_finite() && stats.cpu_percent >= 0.0,
+        "{stats:?}"
+    );
+}
+
 async fn operations_on_a_destroyed_sandbox_fail(sb: &Sandbox) {
     sb.p().destroy(&sb.id).await.unwrap();
     assert!(sb.p().exec(&sb.id, spec(&["true"])).await.is_err());
     if sb.p().capabilities().contains(&Capability::Files) {
         assert!(sb.read("/x").await.is_err());
+    }
+    if sb.p().capabilities().contains(&Capability::Stats) {
+        let err = sb.p().stats(&sb.id).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::RuntimeNotFound { .. }),
+            "{err:?}"
+        );
     }
 }
 
@@ -674,6 +719,7 @@ macro_rules! all_cases {
     glob_patterns,
     read_errors,
     logs_answer,
+    stats_count_a_running_command,
     operations_on_a_destroyed_sandbox_fail,
             );
         )*

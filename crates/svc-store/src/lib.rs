@@ -108,6 +108,9 @@ pub trait Store: Send + Sync + 'static {
     /// Number of sandboxes holding a runtime (`creating`, `running`), optionally of one owner.
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64>;
 
+    /// Sandbox records counted by state, provider and worker, in one query (diagnostics).
+    async fn sandbox_groups(&self) -> StoreResult<Vec<svc_core::observe::SandboxGroup>>;
+
     /// Number of sandboxes holding a runtime on one provider.
     async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64>;
 

@@ -1,10 +1,10 @@
-//! `/sandboxes`: spawn, list, get, destroy, prune, extend.
+//! `/sandboxes`: spawn, list, get, destroy, prune, extend, stats.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use svc_control::{ControlPlane, ListSandboxes};
+use svc_control::{ControlPlane, ListSandboxes, SandboxStats};
 use svc_core::admission::Admission;
 use svc_core::sandbox::{ExtendRequest, Sandbox, SpawnRequest};
 use utoipa_axum::router::OpenApiRouter;
@@ -144,10 +144,28 @@ async fn extend(
     Ok(Json(plane.extend_sandbox(&principal, &id, request).await?))
 }
 
+/// The sandbox's resource usage, sampled now by its provider (docker: the engine's stats; mock:
+/// its host processes). `cpu_percent` is in percent of one CPU.
+#[utoipa::path(get, path = "/sandboxes/{id}/stats", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses((status = 200, description = "One sample", body = SandboxStats),
+        (status = 400, description = "The provider does not report stats", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox not running", body = ErrorBody),
+        (status = 500, description = "Provider failed", body = ErrorBody)))]
+async fn stats(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxStats>, ApiError> {
+    Ok(Json(plane.sandbox_stats(&principal, &id).await?))
+}
+
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
         .routes(routes!(spawn, list, prune))
         .routes(routes!(get, destroy))
         .routes(routes!(extend))
+        .routes(routes!(stats))
         .routes(routes!(admission))
 }

@@ -16,7 +16,7 @@ use super::EventFilter;
 const CHANNEL_CAPACITY: usize = 4096;
 
 /// Counters for diagnostics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct EventStats {
     /// Live subscribers.
     pub subscribers: usize,

@@ -48,6 +48,8 @@ pub struct FaultyProvider {
     pub spawn_fault: Mutex<SpawnFault>,
     pub destroy_fails: Mutex<bool>,
     pub spawns_started: AtomicUsize,
+    /// Runtimes reported as existing but no longer running (a container that exited).
+    pub stopped: Mutex<std::collections::HashSet<SandboxId>>,
 }
 
 impl FaultyProvider {
@@ -57,7 +59,17 @@ impl FaultyProvider {
             spawn_fault: Mutex::new(SpawnFault::None),
             destroy_fails: Mutex::new(false),
             spawns_started: AtomicUsize::new(0),
+            stopped: Mutex::new(std::collections::HashSet::new()),
         }
+    }
+
+    /// From now on, `id`'s runtime exists but no longer runs.
+    pub fn stop(&self, id: &SandboxId) {
+        self.stopped.lock().unwrap().insert(id.clone());
+    }
+
+    fn has_stopped(&self, id: &SandboxId) -> bool {
+        self.stopped.lock().unwrap().contains(id)
     }
 
     pub fn set_spawn(&self, fault: SpawnFault) {
@@ -113,11 +125,18 @@ impl Provider for FaultyProvider {
                 message: "injected status failure".into(),
             });
         }
-        self.inner.status(id).await
+        match self.inner.status(id).await? {
+            RuntimeStatus::Running if self.has_stopped(id) => Ok(RuntimeStatus::Stopped),
+            status => Ok(status),
+        }
     }
 
     async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {
-        self.inner.inventory().await
+        let mut runtimes = self.inner.inventory().await?;
+        for runtime in &mut runtimes {
+            runtime.running &= !self.has_stopped(&runtime.sandbox_id);
+        }
+        Ok(runtimes)
     }
 }
 
@@ -252,6 +271,9 @@ impl Store for FaultyStore {
     }
     async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64> {
         self.inner.count_sandboxes_on_provider(provider).await
+    }
+    async fn sandbox_groups(&self) -> StoreResult<Vec<svc_core::observe::SandboxGroup>> {
+        self.inner.sandbox_groups().await
     }
     async fn set_sandbox_expiry(
         &self,

@@ -270,6 +270,82 @@ async fn start_up_removes_runtimes_whose_record_has_ended() {
 }
 
 #[tokio::test]
+async fn a_runtime_that_stopped_ends_its_sandbox_as_provider_failed() {
+    let fx = Fixture::new().await;
+    let stopped = fx.spawn().await.unwrap();
+    let kept = fx.spawn().await.unwrap();
+    // The runtime exits behind svc's back (a container killed, say).
+    fx.provider.stop(&stopped.id);
+    let plane = fx.restarted(false);
+    let mut events = plane
+        .subscribe_events(&fx.admin(), svc_control::EventFilter::default(), None)
+        .unwrap();
+    let reconciled = plane.reconcile(&Principal::system()).await.unwrap();
+    assert_eq!(reconciled.marked_error, 1, "{reconciled:?}");
+    assert_eq!(reconciled.marked_destroyed, 0, "{reconciled:?}");
+    let record = fx.store.get_sandbox(&stopped.id).await.unwrap().unwrap();
+    assert_eq!(record.state, SandboxState::Error);
+    assert_eq!(record.state_reason, Some(StateReason::ProviderFailed));
+    assert_eq!(
+        record.state_message.as_deref(),
+        Some("the runtime stopped on provider mock")
+    );
+    assert_eq!(
+        fx.runtimes(),
+        vec![kept.id.to_string()],
+        "the stopped runtime is removed, a running one kept"
+    );
+    let lease = fx
+        .store
+        .get_lease(stopped.id.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!lease.active_at(fx.clock.now()), "the lease lapsed");
+    let mut seen = Vec::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+    {
+        seen.push(event);
+    }
+    let types: Vec<_> = seen.iter().map(|e| e.event_type).collect();
+    assert_eq!(
+        types,
+        [EventType::ReconcileAction, EventType::SandboxError],
+        "{seen:?}"
+    );
+    for event in &seen {
+        assert_eq!(
+            event.tenant_id.as_deref(),
+            Some(stopped.tenant_id.as_str()),
+            "published in the sandbox's tenant, so its subscribers see it: {event:?}"
+        );
+    }
+    let action = seen[0].data.clone().unwrap();
+    assert_eq!(action["action"], "marked_error");
+    let error = seen[1].data.clone().unwrap();
+    assert_eq!(seen[1].sandbox_id.as_ref(), Some(&stopped.id));
+    assert_eq!(error["reason"], "provider_failed");
+    assert_eq!(error["message"], "the runtime stopped on provider mock");
+    // Operations on it say why it is gone.
+    let refusal = plane
+        .check_exec_target(&fx.admin(), stopped.id.as_str())
+        .await
+        .unwrap_err();
+    assert_eq!(refusal.kind(), ErrorKind::Conflict);
+    assert_eq!(
+        refusal.to_string(),
+        format!(
+            "sandbox {} has failed: provider_failed (the runtime stopped on provider mock)",
+            stopped.id
+        )
+    );
+    // The next pass has nothing left to do.
+    let again = plane.reconcile(&Principal::system()).await.unwrap();
+    assert_eq!(again, svc_control::ReconcileReport::default());
+}
+
+#[tokio::test]
 async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     let fx = Fixture::new().await;
     fx.provider

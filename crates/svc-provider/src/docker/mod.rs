@@ -7,6 +7,7 @@
 mod errors;
 mod exec;
 mod files;
+mod stats;
 mod tar;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,7 +29,7 @@ use svc_core::{Capability, SandboxId};
 use self::errors::{container_error, engine_error, status_of};
 use crate::{
     ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
-    RuntimeStatus, SpawnSpec, LABEL_MANAGED, LABEL_SANDBOX_ID,
+    RuntimeStatus, SandboxStats, SpawnSpec, LABEL_MANAGED, LABEL_SANDBOX_ID,
 };
 
 const CAPABILITIES: &[Capability] = &[
@@ -40,6 +41,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::Health,
     Capability::RuntimeInventory,
     Capability::Container,
+    Capability::Stats,
 ];
 
 /// Request timeout for engine calls (streams are not bounded by it).
@@ -332,6 +334,10 @@ impl Provider for DockerProvider {
             Err(err) if status_of(&err) == Some(404) => Ok(RuntimeStatus::Missing),
             Err(err) => Err(engine_error("inspecting the container", &err)),
         }
+    }
+
+    async fn stats(&self, id: &SandboxId) -> Result<SandboxStats, ProviderError> {
+        stats::sample(&self.client().await?, &container_name(id), id.as_str()).await
     }
 
     async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {

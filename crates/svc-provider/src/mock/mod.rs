@@ -17,11 +17,12 @@ use tokio::io::AsyncWriteExt;
 
 use crate::{
     ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
-    RuntimeStatus, SpawnSpec,
+    RuntimeStatus, SandboxStats, SpawnSpec,
 };
 
 mod exec;
 mod files;
+mod stats;
 
 const CAPABILITIES: &[Capability] = &[
     Capability::Spawn,
@@ -31,6 +32,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::Console,
     Capability::Health,
     Capability::RuntimeInventory,
+    Capability::Stats,
 ];
 
 /// What `<id>.json` records about a runtime.
@@ -38,6 +40,10 @@ const CAPABILITIES: &[Capability] = &[
 struct RuntimeRecord {
     image: String,
     labels: BTreeMap<String, String>,
+    /// The spawn's memory limit, reported by `stats` (not enforced); absent in records
+    /// written before it was kept.
+    #[serde(default)]
+    memory_mb: Option<u32>,
 }
 
 /// Sandboxes as host directories under one root.
@@ -127,6 +133,7 @@ impl MockProvider {
         let record = RuntimeRecord {
             image: spec.image.clone(),
             labels: spec.labels.clone(),
+            memory_mb: Some(spec.memory_mb),
         };
         let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
         let (root, dir, record_path) = (
@@ -231,6 +238,19 @@ impl Provider for MockProvider {
             Err(err) if err.kind() == ErrorKind::NotFound => Ok(RuntimeStatus::Missing),
             Err(err) => Err(err.into()),
         }
+    }
+
+    async fn stats(&self, id: &SandboxId) -> Result<SandboxStats, ProviderError> {
+        let dir = self.existing_dir(id).await?;
+        // A record that cannot be read only loses the limit, which is then unknown (0).
+        let memory_mb = match tokio::fs::read(self.record_path(id)).await {
+            Ok(bytes) => serde_json::from_slice::<RuntimeRecord>(&bytes)
+                .ok()
+                .and_then(|record| record.memory_mb),
+            Err(_) => None,
+        };
+        let limit = memory_mb.map_or(0, |mb| u64::from(mb) * 1024 * 1024);
+        stats::sample(dir, limit).await
     }
 
     async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {

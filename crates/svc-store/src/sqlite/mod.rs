@@ -362,6 +362,32 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn sandbox_groups(&self) -> StoreResult<Vec<svc_core::observe::SandboxGroup>> {
+        const OP: &str = "sandbox_groups";
+        self.connections
+            .read(OP, move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT state, provider, COALESCE(worker_id, ''), COUNT(*) FROM sandboxes \
+                         GROUP BY state, provider, worker_id",
+                    )
+                    .map_err(codec::backend(OP))?;
+                let rows = stmt
+                    .query_map([], |row| {
+                        Ok(svc_core::observe::SandboxGroup {
+                            state: row.get(0)?,
+                            provider: row.get(1)?,
+                            worker_id: row.get(2)?,
+                            count: u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0),
+                        })
+                    })
+                    .map_err(codec::backend(OP))?;
+                rows.collect::<Result<Vec<_>, _>>()
+                    .map_err(codec::backend(OP))
+            })
+            .await
+    }
+
     async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64> {
         let provider = provider.to_owned();
         self.connections

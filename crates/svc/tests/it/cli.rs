@@ -191,7 +191,7 @@ fn serve_runs_and_stops_on_sigterm() {
 }
 
 /// `svc serve` in `dir` on `port`, with the mock provider only and stderr captured.
-fn serve_in(dir: &std::path::Path, port: u16) -> Command {
+pub(crate) fn serve_in(dir: &std::path::Path, port: u16) -> Command {
     let mut command = svc();
     command
         .arg("serve")
@@ -204,7 +204,7 @@ fn serve_in(dir: &std::path::Path, port: u16) -> Command {
 }
 
 /// Sends SIGTERM and collects how the server ended.
-fn stop(child: std::process::Child) -> std::process::Output {
+pub(crate) fn stop(child: std::process::Child) -> std::process::Output {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -215,7 +215,7 @@ fn stop(child: std::process::Child) -> std::process::Output {
 
 /// Waits for `svc serve` on `port`. The socket accepts connections as soon as it is bound,
 /// before the store is open; a health answer means the server is up.
-fn wait_until_serving(port: u16) {
+pub(crate) fn wait_until_serving(port: u16) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !health_answers(port) {
         assert!(
@@ -227,7 +227,7 @@ fn wait_until_serving(port: u16) {
 }
 
 /// A free port on loopback.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }

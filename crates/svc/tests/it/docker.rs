@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 use svc_core::config::Config;
 
 use crate::harness::{wait_for, TestServer};
+use crate::lifecycle::{assert_ended, assert_event_says_why};
+use crate::reconcile::{history, reconcile_actions};
 
 const IMAGE: &str = "svc-test-busybox:latest";
 
@@ -706,20 +708,17 @@ async fn missing_images_are_pulled_and_failures_leave_nothing() {
         .await
         .assert_error(500, "provider_error");
     assert!(message.contains("pull"), "{message}");
-    assert_eq!(
-        events.next(Duration::from_secs(10)).await.unwrap().data["type"],
-        "sandbox.error"
-    );
+    let sandbox_error = events.next(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(sandbox_error.data["type"], "sandbox.error");
     assert_eq!(
         events.next(Duration::from_secs(10)).await.unwrap().data["type"],
         "provider.failed"
     );
     let ids = server.listed_ids("?state=all").await;
     assert_eq!(ids.len(), 1, "one ended record explains the failure");
-    let failed = server.get(&format!("/sandboxes/{}", ids[0])).await.body;
-    assert_eq!(failed["state"], "error");
-    assert_eq!(failed["state_reason"], "spawn_failed");
+    let failed = assert_ended(&server, &ids[0], "error", "spawn_failed").await;
     assert!(failed["state_message"].as_str().unwrap().contains("pull"));
+    assert_event_says_why(&sandbox_error, &failed);
     let leftovers = docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
             all: true,
@@ -750,6 +749,62 @@ async fn missing_images_are_pulled_and_failures_leave_nothing() {
         server.get(&format!("/sandboxes/{id}")).await.body["state"],
         "destroyed"
     );
+    finish(server, &docker).await;
+}
+
+#[tokio::test]
+async fn a_container_that_stopped_ends_its_sandbox_as_provider_failed() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let killed = spawn_docker(&server, json!({})).await;
+    let kept = spawn_docker(&server, json!({})).await;
+    // The container dies behind svc's back (SIGKILL, as the OOM killer would).
+    docker
+        .kill_container(&container(&killed), None)
+        .await
+        .unwrap();
+    wait_for(
+        "the killed container to stop",
+        Duration::from_secs(10),
+        || async {
+            docker
+                .inspect_container(&container(&killed), None)
+                .await
+                .is_ok_and(|c| c.state.and_then(|s| s.running) == Some(false))
+        },
+    )
+    .await;
+    // The restart's reconciliation finds it stopped.
+    let server = server.restart().await;
+    let record = assert_ended(&server, &killed, "error", "provider_failed").await;
+    assert_eq!(
+        record["state_message"],
+        "the runtime stopped on provider docker"
+    );
+    let gone = docker.inspect_container(&container(&killed), None).await;
+    assert!(gone.is_err(), "the stopped container is removed: {gone:?}");
+    let events = history(&server).await;
+    let actions = reconcile_actions(&events);
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0]["sandbox_id"], killed.as_str());
+    assert_eq!(
+        actions[0]["data"],
+        json!({"action": "marked_error", "provider": "docker", "image": IMAGE})
+    );
+    let failed = events
+        .iter()
+        .find(|e| e.data["type"] == "sandbox.error")
+        .expect("a sandbox.error event");
+    assert_event_says_why(failed, &record);
+    // The running one is untouched.
+    let exec = server
+        .post(
+            &format!("/sandboxes/{kept}/exec"),
+            json!({"command": "echo alive"}),
+        )
+        .await;
+    assert_eq!(exec.body["stdout"], "alive\n", "{}", exec.body);
     finish(server, &docker).await;
 }
 
@@ -819,5 +874,37 @@ async fn spawns_whose_clients_disconnect_leave_no_orphans() {
     for id in &running {
         assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
     }
+    finish(server, &docker).await;
+}
+
+#[tokio::test]
+async fn docker_stats_report_the_container_and_its_limit() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({"memory_mb": 256})).await;
+    let stats = server.get(&format!("/sandboxes/{id}/stats")).await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    crate::harness::assert_schema("SandboxStats", &stats.body);
+    let body = &stats.body;
+    // The keep-alive loop (a shell and its sleep) is always there.
+    assert!(body["pids"].as_u64().unwrap() >= 1, "{body}");
+    assert!(body["memory_bytes"].as_u64().unwrap() > 0, "{body}");
+    assert_eq!(body["memory_limit_bytes"], 256 * 1024 * 1024, "{body}");
+    assert!(body["cpu_percent"].as_f64().unwrap() >= 0.0, "{body}");
+    assert!(
+        body["net_rx_bytes"].is_u64() && body["net_tx_bytes"].is_u64(),
+        "{body}"
+    );
+    let sampled_at = body["sampled_at"].as_str().unwrap();
+    assert!(
+        sampled_at.ends_with('Z') && chrono::DateTime::parse_from_rfc3339(sampled_at).is_ok(),
+        "{sampled_at}"
+    );
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    server
+        .get(&format!("/sandboxes/{id}/stats"))
+        .await
+        .assert_error(409, "conflict");
     finish(server, &docker).await;
 }

@@ -8,7 +8,79 @@ use reqwest::Method;
 use serde_json::json;
 use svc_core::GoDuration;
 
-use crate::harness::{wait_for, TestServer};
+use crate::harness::{wait_for, SseMessage, TestServer};
+
+/// What a caller learns about an ended sandbox (decisions §7): `GET` shows its `state`,
+/// `state_reason` and `state_message`, and an exec on it is a 409 saying the same, with when
+/// it ended. Returns the record.
+pub(crate) async fn assert_ended(
+    server: &TestServer,
+    id: &str,
+    state: &str,
+    reason: &str,
+) -> serde_json::Value {
+    let record = server.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(record.status, 200, "{}", record.body);
+    let record = record.body;
+    assert_eq!(record["state"], state, "{record}");
+    assert_eq!(record["state_reason"], reason, "{record}");
+    let state_message = record["state_message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an ended sandbox has a state_message: {record}"));
+    let refusal = server
+        .post(&format!("/sandboxes/{id}/exec"), json!({"command": "true"}))
+        .await
+        .assert_error(409, "conflict");
+    assert_eq!(refusal, refusal_message(&record), "{record}");
+    assert!(
+        state_message.is_empty() || refusal.contains(state_message),
+        "{refusal}"
+    );
+    record
+}
+
+/// The 409 message for an operation on the ended sandbox `record`.
+pub(crate) fn refusal_message(record: &serde_json::Value) -> String {
+    let verb = match record["state"].as_str() {
+        Some("error") => "has failed",
+        _ => "was destroyed",
+    };
+    let mut message = format!(
+        "sandbox {} {verb}: {}",
+        record["id"].as_str().unwrap(),
+        record["state_reason"].as_str().unwrap()
+    );
+    match record["state_message"].as_str() {
+        Some("") | None => {}
+        Some(text) => message.push_str(&format!(" ({text})")),
+    }
+    if let Some(at) = record["destroyed_at"].as_str() {
+        message.push_str(&format!(" at {at}"));
+    }
+    message
+}
+
+/// Checks that `event` (`sandbox.destroyed` or `sandbox.error`) says why `record` ended: its
+/// data carries `reason` and `message` as the record's `state_reason` and `state_message`.
+#[track_caller]
+pub(crate) fn assert_event_says_why(event: &SseMessage, record: &serde_json::Value) {
+    let expected_type = match record["state"].as_str() {
+        Some("error") => "sandbox.error",
+        _ => "sandbox.destroyed",
+    };
+    assert_eq!(event.data["type"], expected_type, "{:?}", event.data);
+    assert_eq!(event.data["sandbox_id"], record["id"], "{:?}", event.data);
+    assert_eq!(
+        event.data["data"]["reason"], record["state_reason"],
+        "{:?}",
+        event.data
+    );
+    assert_eq!(
+        event.data["data"]["message"], record["state_message"],
+        "{:?}",
+        event.data
+    );
+}
 
 fn ts(value: &serde_json::Value) -> DateTime<Utc> {
     let text = value.as_str().expect("timestamp string");
@@ -165,6 +237,9 @@ async fn destroy_is_idempotent_and_keeps_the_record() {
     let sandbox = server.spawn(json!({})).await;
     let id = sandbox["id"].as_str().unwrap();
     let path = format!("/sandboxes/{id}");
+    let mut events = server
+        .events("?types=sandbox.destroyed,sandbox.error", None)
+        .await;
     let first = server.delete(&path).await;
     assert_eq!(first.status, 200);
     assert_eq!(first.body, json!({"status": "destroyed"}));
@@ -175,9 +250,35 @@ async fn destroy_is_idempotent_and_keeps_the_record() {
     let again = server.delete(&path).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body, json!({"status": "destroyed"}));
-    let record = server.get(&path).await;
-    assert_eq!(record.status, 200);
-    assert_eq!(record.body["state"], "destroyed");
+    let record = assert_ended(&server, id, "destroyed", "destroyed_by_request").await;
+    assert!(ts(&record["destroyed_at"]) >= ts(&record["created_at"]));
+    let destroyed = events
+        .until("sandbox.destroyed", Duration::from_secs(5))
+        .await;
+    assert_event_says_why(destroyed.last().unwrap(), &record);
+    assert!(
+        events.next(Duration::from_millis(300)).await.is_none(),
+        "the second destroy publishes nothing"
+    );
+    // Files, logs and extend are refused the same way as exec.
+    let refusal = refusal_message(&record);
+    for reply in [
+        server
+            .get(&format!("{path}/files?path=/etc/hostname"))
+            .await,
+        server.get(&format!("{path}/logs")).await,
+        server
+            .post(
+                &format!("{path}/files"),
+                json!({"path": "/x", "content": "x"}),
+            )
+            .await,
+        server
+            .post(&format!("{path}/extend"), json!({"ttl": "5m"}))
+            .await,
+    ] {
+        assert_eq!(reply.assert_error(409, "conflict"), refusal);
+    }
     assert!(server.listed_ids("").await.is_empty());
     server.shutdown().await;
 }
@@ -244,16 +345,22 @@ async fn prune_destroys_only_expired_sandboxes() {
     let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
     assert_eq!(pruned.body, json!({"pruned": 0}));
     server.clock.advance(Duration::from_secs(2));
+    let mut events = server.events("?types=sandbox.destroyed", None).await;
     let pruned = server.call(Method::DELETE, "/sandboxes", None).await;
     assert_eq!(pruned.status, 200);
     assert_eq!(pruned.body, json!({"pruned": 1}));
-    let gone = server
-        .get(&format!("/sandboxes/{}", short["id"].as_str().unwrap()))
-        .await
-        .body;
-    assert_eq!(gone["state"], "destroyed");
-    assert_eq!(gone["state_reason"], "pruned");
+    let gone = assert_ended(
+        &server,
+        short["id"].as_str().unwrap(),
+        "destroyed",
+        "pruned",
+    )
+    .await;
     assert_eq!(gone["state_message"], "");
+    let destroyed = events
+        .until("sandbox.destroyed", Duration::from_secs(5))
+        .await;
+    assert_event_says_why(destroyed.last().unwrap(), &gone);
     let alive = server
         .get(&format!("/sandboxes/{}", long["id"].as_str().unwrap()))
         .await
@@ -296,12 +403,9 @@ async fn reaper_destroys_expired_and_forgets_old_records() {
     assert_eq!(event.data["data"]["reason"], "expired");
     assert!(!server.mock_root().join(&id).exists());
     let path = format!("/sandboxes/{id}");
-    assert_eq!(
-        server.get(&path).await.body["state"],
-        "destroyed",
-        "kept for the retention"
-    );
-    assert_eq!(server.get(&path).await.body["state_reason"], "expired");
+    // Kept for the retention, saying why it went.
+    let record = assert_ended(&server, &id, "destroyed", "expired").await;
+    assert_event_says_why(event, &record);
     server.clock.advance(Duration::from_secs(3601));
     wait_for(
         "the destroyed record to be forgotten",
@@ -368,12 +472,61 @@ async fn a_failed_spawn_ends_as_error_and_publishes_failure_events() {
     assert!(failed["state_message"].as_str().unwrap().contains("mock"));
     assert_eq!(seen[0].data["data"]["reason"], "spawn_failed");
     assert_eq!(seen[0].data["sandbox_id"], ids[0]);
+    let record = assert_ended(&server, &ids[0], "error", "spawn_failed").await;
+    assert_event_says_why(&seen[0], &record);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn stats_sample_a_running_command_and_refuse_ended_sandboxes() {
+    use futures::StreamExt;
+    let server = TestServer::start().await;
+    let id = server.spawn(json!({"memory_mb": 256})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A streamed command runs until its caller leaves, so it is there while stats sample.
+    let response = server
+        .client
+        .post(server.url(&format!("/sandboxes/{id}/exec")))
+        .json(&json!({"command": "echo started; sleep 30", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut output = response.bytes_stream();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("started") {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), output.next())
+            .await
+            .expect("the command starts")
+            .expect("the stream stays open")
+            .unwrap();
+        seen.extend_from_slice(&chunk);
+    }
+    let stats = server.get(&format!("/sandboxes/{id}/stats")).await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    crate::harness::assert_schema("SandboxStats", &stats.body);
+    let body = &stats.body;
+    assert!(body["pids"].as_u64().unwrap() >= 1, "{body}");
+    assert!(body["memory_bytes"].as_u64().unwrap() > 0, "{body}");
+    assert_eq!(body["memory_limit_bytes"], 256 * 1024 * 1024, "{body}");
+    assert!(body["cpu_percent"].as_f64().unwrap() >= 0.0, "{body}");
+    assert_eq!(
+        (&body["net_rx_bytes"], &body["net_tx_bytes"]),
+        (&json!(0), &json!(0))
+    );
+    ts(&body["sampled_at"]);
+    drop(output);
+
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
     server
-        .post(
-            &format!("/sandboxes/{}/exec", ids[0]),
-            json!({"command": "true"}),
-        )
+        .get(&format!("/sandboxes/{id}/stats"))
         .await
         .assert_error(409, "conflict");
+    server
+        .get("/sandboxes/sb-0123456789abcdef/stats")
+        .await
+        .assert_error(404, "not_found");
     server.shutdown().await;
 }

@@ -15,6 +15,9 @@ const ADMIN_KEY: &str = "matrix-admin-key-0123456789abcdef01";
 /// administration, A every other admin route.
 const ROUTES: &[(&str, &str, char)] = &[
     ("GET", "/admin/audit", 'A'),
+    ("GET", "/admin/diagnostics", 'A'),
+    ("GET", "/admin/metrics", 'A'),
+    ("GET", "/admin/metrics/scrape", 'A'),
     ("GET", "/admin/providers", 'A'),
     ("GET", "/admin/providers/{name}", 'A'),
     ("POST", "/admin/providers/test", 'A'),
@@ -44,7 +47,10 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("POST", "/admin/worker-tokens", 'A'),
     ("DELETE", "/admin/workers/{workerID}", 'A'),
     ("POST", "/admin/workers/{workerID}/heartbeat", 'A'),
+    ("GET", "/diagnostics", 'R'),
     ("GET", "/events", 'R'),
+    ("GET", "/metrics", 'R'),
+    ("GET", "/metrics/scrape", 'R'),
     ("GET", "/pool/status", 'R'),
     ("GET", "/providers", 'R'),
     ("GET", "/providers/{name}", 'R'),
@@ -73,6 +79,7 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("POST", "/sandboxes/{id}/files/move", 'L'),
     ("GET", "/sandboxes/{id}/files/stat", 'R'),
     ("GET", "/sandboxes/{id}/logs", 'R'),
+    ("GET", "/sandboxes/{id}/stats", 'R'),
     ("GET", "/snapshots", 'R'),
     ("GET", "/templates", 'R'),
     ("POST", "/templates", 'C'),

@@ -1,12 +1,15 @@
 //! Reconciliation at start-up (decisions §11): runtimes the store does not know are adopted,
-//! records whose runtime vanished are ended, each with a `reconcile.action` event.
+//! records whose runtime vanished or stopped are ended, each with a `reconcile.action` event.
+//! (The mock provider's runtimes cannot stop short of vanishing; the stopped case runs on
+//! Docker, in `docker.rs`, and below HTTP in the control plane's tests.)
 
 use serde_json::{json, Value};
 
 use crate::harness::{SseMessage, TestServer};
+use crate::lifecycle::{assert_ended, assert_event_says_why};
 
 /// Every event in the server's history (replayed from an ID it never issued).
-async fn history(server: &TestServer) -> Vec<SseMessage> {
+pub(crate) async fn history(server: &TestServer) -> Vec<SseMessage> {
     let mut events = server.events("", Some("ev-none")).await;
     let mut seen = Vec::new();
     while let Some(event) = events.next(std::time::Duration::from_millis(300)).await {
@@ -15,7 +18,7 @@ async fn history(server: &TestServer) -> Vec<SseMessage> {
     seen
 }
 
-fn reconcile_actions(events: &[SseMessage]) -> Vec<Value> {
+pub(crate) fn reconcile_actions(events: &[SseMessage]) -> Vec<Value> {
     events
         .iter()
         .filter(|e| e.data["type"] == "reconcile.action")
@@ -103,9 +106,11 @@ async fn a_record_whose_runtime_vanished_is_ended_as_destroyed() {
     std::fs::remove_dir_all(root.join(&lost_id)).unwrap();
     std::fs::remove_file(root.join(format!("{lost_id}.json"))).unwrap();
     let server = server.restart().await;
-    let record = server.get(&format!("/sandboxes/{lost_id}")).await.body;
-    assert_eq!(record["state"], "destroyed");
-    assert_eq!(record["state_reason"], "runtime_vanished");
+    let record = assert_ended(&server, &lost_id, "destroyed", "runtime_vanished").await;
+    assert_eq!(
+        record["state_message"],
+        "the runtime was gone from provider mock"
+    );
     let kept_record = server
         .get(&format!("/sandboxes/{}", kept["id"].as_str().unwrap()))
         .await
@@ -119,11 +124,10 @@ async fn a_record_whose_runtime_vanished_is_ended_as_destroyed() {
     assert_eq!(actions.len(), 1, "{actions:?}");
     assert_eq!(actions[0]["sandbox_id"], lost_id.as_str());
     assert_eq!(actions[0]["data"]["action"], "marked_destroyed");
-    assert!(
-        events
-            .iter()
-            .any(|e| e.data["type"] == "sandbox.destroyed"
-                && e.data["sandbox_id"] == lost_id.as_str())
-    );
+    let destroyed = events
+        .iter()
+        .find(|e| e.data["type"] == "sandbox.destroyed" && e.data["sandbox_id"] == lost_id.as_str())
+        .expect("a sandbox.destroyed event");
+    assert_event_says_why(destroyed, &record);
     server.shutdown().await;
 }
