@@ -11,6 +11,7 @@ mod governance;
 mod identity;
 mod leases;
 mod load;
+mod observe;
 
 use clap::{Parser, Subcommand};
 
@@ -49,6 +50,10 @@ enum Scenario {
     /// Writes a P-256 public key (PEM) and prints an ES256 token signed with it (set-up of the
     /// identity benchmark).
     MintToken(identity::MintArgs),
+    /// Polls `GET /api/v1/metrics/scrape` every `--interval-ms` for `--seconds`.
+    ScrapePoll(observe::PollArgs),
+    /// Spawns `--sandboxes` mock sandboxes, then times `--iterations` scrapes.
+    ScrapeLatency(observe::LatencyArgs),
 }
 
 #[tokio::main]
@@ -66,6 +71,8 @@ async fn main() -> anyhow::Result<()> {
         Scenario::QueueWakeup(wakeup) => governance::queue_wakeup(&args.url, &wakeup).await,
         Scenario::Leases(leases) => leases::run(&leases).await,
         Scenario::MintToken(mint) => identity::mint(&mint),
+        Scenario::ScrapePoll(poll) => observe::poll(&args.url, &poll).await,
+        Scenario::ScrapeLatency(latency) => observe::latency(&args.url, &latency).await,
     }
 }
 

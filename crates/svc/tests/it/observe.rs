@@ -690,3 +690,40 @@ async fn no_secret_reaches_diagnostics_metrics_events_or_logs() {
     let signature = minted.rsplit('.').next().unwrap();
     assert!(!log.contains(signature));
 }
+
+/// The alert rules of docs/operations.md load in Prometheus (`promtool check rules`).
+#[test]
+fn the_documented_alert_rules_are_valid() {
+    let guide = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
+    )
+    .unwrap();
+    let rules = guide
+        .split("```yaml\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap())
+        .find(|block| block.starts_with("groups:"))
+        .expect("an alert rules block in docs/operations.md");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), rules).unwrap();
+    let Ok(output) = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(file.path())
+        .output()
+    else {
+        assert!(
+            std::env::var_os("SVC_TEST_REQUIRE_PROMTOOL").is_none()
+                && std::env::var_os("CI").is_none(),
+            "promtool is required here (scripts/test.sh installs Debian's prometheus package)"
+        );
+        eprintln!("SKIPPED: promtool is not installed; the alert rules were not checked");
+        return;
+    };
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("8 rules found"));
+}
