@@ -4,8 +4,9 @@
 # with a deadline and saying clearly what failed, then runs every test of the workspace.
 #
 # What the tests use: a temporary SQLite file, the mock provider, a real Docker engine with
-# locally built test images (scripts/docker-test-env.sh), and `promtool` (Debian's `prometheus`
-# package) to check the metrics exposition. PostgreSQL joins with its issue.
+# locally built test images (scripts/docker-test-env.sh), `promtool` (Debian's `prometheus`
+# package) to check the metrics exposition, and the machine's PostgreSQL 15 cluster with a fresh
+# database per run (scripts/postgres-test-env.sh).
 #
 # SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
 set -euo pipefail
@@ -36,6 +37,12 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 command -v promtool >/dev/null 2>&1 || die "promtool is still missing after installing prometheus"
 export SVC_TEST_REQUIRE_PROMTOOL=1
+
+# shellcheck source=scripts/postgres-test-env.sh
+. scripts/postgres-test-env.sh
+ensure_postgres
+# The PostgreSQL tests fail instead of skipping when the database is missing.
+export SVC_TEST_REQUIRE_POSTGRES=1
 
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

@@ -12,6 +12,18 @@ pub enum StateFilter {
     All,
 }
 
+impl StateFilter {
+    /// The condition as both backends' list statements take it: (exact state, or any; whether
+    /// `destroyed` ones are left out).
+    pub(crate) fn condition(self) -> (Option<&'static str>, bool) {
+        match self {
+            StateFilter::Active => (None, true),
+            StateFilter::Only(state) => (Some(state.as_str()), false),
+            StateFilter::All => (None, false),
+        }
+    }
+}
+
 /// Filters for listing sandboxes; `None` fields match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxFilter {

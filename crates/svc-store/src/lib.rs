@@ -1,9 +1,12 @@
 //! Durable state of svc behind one object-safe [`Store`] trait. Methods are domain operations,
 //! each atomic in its backend, so callers never read-modify-write. Backends: [`sqlite`] (the
-//! embedded default); PostgreSQL joins with the scale-out work and runs the same contract suite.
+//! embedded default) and [`postgres`] (one database shared by several replicas); both store the
+//! same rows with the same encodings (`rows`, shared) and pass the same contract suite.
 
 mod error;
 mod filter;
+pub mod postgres;
+mod rows;
 pub mod sqlite;
 
 use std::time::Duration;

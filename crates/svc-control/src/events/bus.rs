@@ -2,13 +2,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use rand::Rng;
 use serde_json::{Map, Value};
 use svc_core::event::{Event, EventPayload, EventType};
 use svc_core::{Clock, SandboxId};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use super::EventFilter;
 
@@ -36,7 +36,14 @@ pub struct EventBus {
     instance: String,
     sequence: AtomicU64,
     total: AtomicU64,
+    /// Where this process's own events also go, for other replicas (set when a shared
+    /// database carries events, see [`EventBus::relay`]).
+    outbox: OnceLock<mpsc::Sender<Arc<Event>>>,
 }
+
+/// Events waiting for the relay at most; beyond, other replicas miss them (local subscribers
+/// never do).
+const OUTBOX_CAPACITY: usize = 10_000;
 
 /// A live subscription: replayed history first, then live events, both filtered.
 pub struct Subscription {
@@ -78,6 +85,7 @@ impl EventBus {
             instance: hex::encode(instance),
             sequence: AtomicU64::new(0),
             total: AtomicU64::new(0),
+            outbox: OnceLock::new(),
         }
     }
 
@@ -121,21 +129,48 @@ impl EventBus {
             timestamp: self.clock.now(),
             data,
         });
-        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
-        if history.len() == self.history_capacity {
-            history.pop_front();
+        self.deliver(&event);
+        if let Some(outbox) = self.outbox.get() {
+            if outbox.try_send(Arc::clone(&event)).is_err() {
+                tracing::warn!(event_id = %event.id, "the event relay is behind; other replicas miss this event");
+            }
         }
-        history.push_back(Arc::clone(&event));
-        self.total.fetch_add(1, Ordering::Relaxed);
-        // No receivers is not an error: events still go to history.
-        let _ = self.sender.send(Arc::clone(&event));
-        drop(history);
         tracing::debug!(
             event_type = event_type.as_str(),
             sandbox_id = sandbox_id.map(SandboxId::as_str),
             "event published"
         );
         event
+    }
+
+    /// Into history and to every live subscriber.
+    fn deliver(&self, event: &Arc<Event>) {
+        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        if history.len() == self.history_capacity {
+            history.pop_front();
+        }
+        history.push_back(Arc::clone(event));
+        self.total.fetch_add(1, Ordering::Relaxed);
+        // No receivers is not an error: events still go to history.
+        let _ = self.sender.send(Arc::clone(event));
+    }
+
+    /// This process's instance ID (a part of every event ID it makes).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Starts relaying: every event published from now on is also sent to the returned
+    /// receiver (once; later calls get `None`).
+    pub fn relay(&self) -> Option<mpsc::Receiver<Arc<Event>>> {
+        let (sender, receiver) = mpsc::channel(OUTBOX_CAPACITY);
+        self.outbox.set(sender).ok().map(|()| receiver)
+    }
+
+    /// Delivers an event another replica published, as it was (its ID, time and tenant), to the
+    /// local history and subscribers; it is not relayed again.
+    pub fn deliver_foreign(&self, event: Event) {
+        self.deliver(&Arc::new(event));
     }
 
     /// Subscribes. With `last_event_id`, history newer than that event is replayed first; an

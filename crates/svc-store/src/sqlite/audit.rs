@@ -1,16 +1,13 @@
 //! The audit log on SQLite: appended one row at a time, listed newest first in one query.
 
-use rusqlite::{named_params, Connection, Row};
-use svc_core::audit::{AuditEntry, AuditFilter, AuditOutcome, MAX_AUDIT_LIMIT};
+use rusqlite::{named_params, Connection};
+use svc_core::audit::AuditFilter;
 
-use super::codec::{backend, conflict_or_backend, micros, timestamp};
-use crate::{StoreError, StoreResult};
+use super::codec::{backend, conflict_or_backend, read};
+use crate::rows::{AuditBounds, AuditRow, AUDIT_COLUMNS};
+use crate::StoreResult;
 
-const AUDIT_COLUMNS: &str =
-    "id, timestamp, actor, role, tenant_id, action, resource, outcome, details";
-
-/// The conditions every listing shares: an unset bound is the widest one, so the time range is
-/// an index range either way. Newest first, entries of the same microsecond by insertion.
+/// The conditions every listing shares ([`AuditBounds`]). Newest first, entries of the same microsecond by insertion.
 const AUDIT_CONDITIONS: &str = "timestamp BETWEEN :since AND :until \
      AND (:actor IS NULL OR actor = :actor) \
      AND (:action IS NULL OR action = :action) \
@@ -26,94 +23,11 @@ fn list_sql(by_tenant: bool) -> String {
     }
 }
 
-/// An audit row as stored.
-pub(super) struct AuditRow {
-    id: String,
-    timestamp: i64,
-    actor: String,
-    role: String,
-    tenant_id: String,
-    action: String,
-    resource: String,
-    outcome: String,
-    details: String,
-}
-
-impl AuditRow {
-    pub(super) fn from_domain(entry: &AuditEntry) -> StoreResult<Self> {
-        Ok(AuditRow {
-            id: entry.id.clone(),
-            timestamp: micros(entry.timestamp),
-            actor: entry.actor.clone(),
-            role: entry.role.clone(),
-            tenant_id: entry.tenant_id.clone(),
-            action: entry.action.clone(),
-            resource: entry.resource.clone(),
-            outcome: entry.outcome.as_str().to_owned(),
-            details: serde_json::to_string(&entry.details).map_err(|e| StoreError::Backend {
-                operation: "encode audit details",
-                source: e.into(),
-            })?,
-        })
-    }
-
-    /// Bound in [`AUDIT_COLUMNS`] order.
-    fn params(&self) -> [&dyn rusqlite::ToSql; 9] {
-        [
-            &self.id,
-            &self.timestamp,
-            &self.actor,
-            &self.role,
-            &self.tenant_id,
-            &self.action,
-            &self.resource,
-            &self.outcome,
-            &self.details,
-        ]
-    }
-
-    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(AuditRow {
-            id: row.get(0)?,
-            timestamp: row.get(1)?,
-            actor: row.get(2)?,
-            role: row.get(3)?,
-            tenant_id: row.get(4)?,
-            action: row.get(5)?,
-            resource: row.get(6)?,
-            outcome: row.get(7)?,
-            details: row.get(8)?,
-        })
-    }
-
-    pub(super) fn into_domain(self) -> StoreResult<AuditEntry> {
-        const E: &str = "audit entry";
-        let corrupt = |message: String| StoreError::Corrupt {
-            entity: E,
-            key: self.id.clone(),
-            message,
-        };
-        Ok(AuditEntry {
-            timestamp: timestamp(E, &self.id, self.timestamp)?,
-            outcome: AuditOutcome::parse(&self.outcome)
-                .ok_or_else(|| corrupt(format!("unknown outcome {:?}", self.outcome)))?,
-            details: serde_json::from_str(&self.details)
-                .map_err(|e| corrupt(format!("details: {e}")))?,
-            actor: self.actor,
-            role: self.role,
-            tenant_id: self.tenant_id,
-            action: self.action,
-            resource: self.resource,
-            id: self.id,
-        })
-    }
-}
-
 pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
     conn.prepare_cached(&format!(
         "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     ))
-    .and_then(|mut stmt| stmt.execute(row.params()))
+    .and_then(|mut stmt| stmt.execute(row.values()))
     .map_err(conflict_or_backend("insert_audit", "audit entry", &row.id))?;
     Ok(())
 }
@@ -121,9 +35,7 @@ pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
 /// The rows `filter` selects, newest first, in one query; decoded by the caller.
 pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<AuditRow>> {
     const OP: &str = "list_audit";
-    let since = filter.since.map_or(i64::MIN, micros);
-    let until = filter.until.map_or(i64::MAX, micros);
-    let limit = i64::from(filter.limit.clamp(1, MAX_AUDIT_LIMIT));
+    let bounds = AuditBounds::of(filter);
     let mut stmt = conn
         .prepare_cached(&list_sql(filter.tenant_id.is_some()))
         .map_err(backend(OP))?;
@@ -131,23 +43,23 @@ pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<A
         Some(tenant) => stmt.query_map(
             named_params! {
                 ":tenant": tenant,
-                ":since": since,
-                ":until": until,
+                ":since": bounds.since,
+                ":until": bounds.until,
                 ":actor": filter.actor,
                 ":action": filter.action,
-                ":limit": limit,
+                ":limit": bounds.limit,
             },
-            AuditRow::read,
+            read::<AuditRow>,
         ),
         None => stmt.query_map(
             named_params! {
-                ":since": since,
-                ":until": until,
+                ":since": bounds.since,
+                ":until": bounds.until,
                 ":actor": filter.actor,
                 ":action": filter.action,
-                ":limit": limit,
+                ":limit": bounds.limit,
             },
-            AuditRow::read,
+            read::<AuditRow>,
         ),
     }
     .map_err(backend(OP))?;

@@ -25,8 +25,9 @@ use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{SandboxId, Timestamp};
 
-use crate::{EndedState, SandboxFilter, StateFilter, Store, StoreError, StoreResult};
-use codec::{micros, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
+use crate::rows::{self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
+use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult};
+use codec::read;
 use connections::Connections;
 
 /// A store in one SQLite file (or in memory).
@@ -77,7 +78,7 @@ const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
 const HOLDS_RUNTIME: &str = "state IN ('creating', 'running')";
 
 static INSERT_SANDBOX: LazyLock<String> = LazyLock::new(|| {
-    let placeholders: Vec<String> = (1..=codec::SANDBOX_COLUMN_COUNT)
+    let placeholders: Vec<String> = (1..=rows::SANDBOX_COLUMN_COUNT)
         .map(|i| format!("?{i}"))
         .collect();
     format!(
@@ -126,14 +127,14 @@ fn one_sandbox(
     operation: &'static str,
     sql: &str,
     params: impl rusqlite::Params,
-) -> StoreResult<Option<codec::SandboxRow>> {
+) -> StoreResult<Option<SandboxRow>> {
     conn.prepare_cached(sql)
-        .and_then(|mut stmt| stmt.query_row(params, codec::SandboxRow::read).optional())
+        .and_then(|mut stmt| stmt.query_row(params, read::<SandboxRow>).optional())
         .map_err(codec::backend(operation))
 }
 
-fn decoded(row: StoreResult<Option<codec::SandboxRow>>) -> StoreResult<Option<Sandbox>> {
-    row?.map(codec::SandboxRow::into_domain).transpose()
+fn decoded(row: StoreResult<Option<SandboxRow>>) -> StoreResult<Option<Sandbox>> {
+    row?.map(SandboxRow::into_domain).transpose()
 }
 
 /// Decodes every row of a query into its domain value.
@@ -177,11 +178,11 @@ impl Store for SqliteStore {
     }
 
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
-        let row = codec::SandboxRow::from_domain(sandbox)?;
+        let row = SandboxRow::from_domain(sandbox)?;
         self.connections
             .write("insert_sandbox", move |conn| {
                 conn.prepare_cached(&INSERT_SANDBOX)
-                    .and_then(|mut stmt| stmt.execute(row.params()))
+                    .and_then(|mut stmt| stmt.execute(row.values()))
                     .map_err(codec::conflict_or_backend(
                         "insert_sandbox",
                         "sandbox",
@@ -200,7 +201,7 @@ impl Store for SqliteStore {
         lease_ttl: Duration,
     ) -> StoreResult<Admission> {
         const OP: &str = "admit_sandbox";
-        let row = codec::SandboxRow::from_domain(sandbox)?;
+        let row = SandboxRow::from_domain(sandbox)?;
         let owner = sandbox.owner_id.clone();
         let holder = sandbox.worker_id.clone().unwrap_or_default();
         let now = sandbox.created_at;
@@ -218,7 +219,7 @@ impl Store for SqliteStore {
                 }
                 // The lease before the record (interface "States and transitions"): a new ID's
                 // lease is free, so this always acquires.
-                if let workers::AcquireRow::Held(_) =
+                if let rows::AcquireRow::Held(_) =
                     workers::acquire(&tx, OP, &row.id, &holder, lease_ttl, now)?
                 {
                     return Err(StoreError::Conflict {
@@ -227,7 +228,7 @@ impl Store for SqliteStore {
                     });
                 }
                 tx.prepare_cached(&INSERT_SANDBOX)
-                    .and_then(|mut stmt| stmt.execute(row.params()))
+                    .and_then(|mut stmt| stmt.execute(row.values()))
                     .map_err(codec::conflict_or_backend(OP, "sandbox", &row.id))?;
                 tx.commit().map_err(codec::backend(OP))?;
                 Ok(admission)
@@ -327,11 +328,7 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.connections
             .read("list_sandboxes", move |conn| {
-                let (state, active_only) = match filter.state {
-                    StateFilter::Active => (None, true),
-                    StateFilter::Only(state) => (Some(state.as_str()), false),
-                    StateFilter::All => (None, false),
-                };
+                let (state, active_only) = filter.state.condition();
                 let mut stmt = conn
                     .prepare_cached(&SANDBOX_SQL.list)
                     .map_err(codec::backend("list_sandboxes"))?;
@@ -345,10 +342,10 @@ impl Store for SqliteStore {
                             ":tenant": filter.tenant_id,
                             ":worker": filter.worker_id,
                         },
-                        codec::SandboxRow::read,
+                        read::<SandboxRow>,
                     )
                     .map_err(codec::backend("list_sandboxes"))?;
-                collect("list_sandboxes", rows, codec::SandboxRow::into_domain)
+                collect("list_sandboxes", rows, SandboxRow::into_domain)
             })
             .await
     }
@@ -431,13 +428,9 @@ impl Store for SqliteStore {
                     .prepare_cached(&SANDBOX_SQL.list_expired)
                     .map_err(codec::backend("list_expired_sandboxes"))?;
                 let rows = stmt
-                    .query_map([micros(now)], codec::SandboxRow::read)
+                    .query_map([micros(now)], read::<SandboxRow>)
                     .map_err(codec::backend("list_expired_sandboxes"))?;
-                collect(
-                    "list_expired_sandboxes",
-                    rows,
-                    codec::SandboxRow::into_domain,
-                )
+                collect("list_expired_sandboxes", rows, SandboxRow::into_domain)
             })
             .await
     }
@@ -467,12 +460,12 @@ impl Store for SqliteStore {
     }
 
     async fn insert_template(&self, template: &Template) -> StoreResult<()> {
-        let row = codec::TemplateRow::from_domain(template)?;
+        let row = TemplateRow::from_domain(template)?;
         self.connections
             .write("insert_template", move |conn| {
                 conn.execute(
                     &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-                    row.params(),
+                    row.values(),
                 )
                 .map_err(codec::conflict_or_backend("insert_template", "template", &row.name))?;
                 Ok(())
@@ -487,11 +480,11 @@ impl Store for SqliteStore {
                 conn.query_row(
                     &format!("SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name = ?1"),
                     [&name],
-                    codec::TemplateRow::read,
+                    read::<TemplateRow>,
                 )
                 .optional()
                 .map_err(codec::backend("get_template"))?
-                .map(codec::TemplateRow::into_domain)
+                .map(TemplateRow::into_domain)
                 .transpose()
             })
             .await
@@ -506,15 +499,15 @@ impl Store for SqliteStore {
                     ))
                     .map_err(codec::backend("list_templates"))?;
                 let rows = stmt
-                    .query_map([], codec::TemplateRow::read)
+                    .query_map([], read::<TemplateRow>)
                     .map_err(codec::backend("list_templates"))?;
-                collect("list_templates", rows, codec::TemplateRow::into_domain)
+                collect("list_templates", rows, TemplateRow::into_domain)
             })
             .await
     }
 
     async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
-        let row = codec::TemplateRow::from_domain(template)?;
+        let row = TemplateRow::from_domain(template)?;
         self.connections
             .write("update_template", move |conn| {
                 conn.query_row(
@@ -523,12 +516,12 @@ impl Store for SqliteStore {
                          provider = ?6, metadata = ?7, updated_at = ?9 WHERE name = ?1 \
                          RETURNING {TEMPLATE_COLUMNS}"
                     ),
-                    row.params(),
-                    codec::TemplateRow::read,
+                    row.values(),
+                    read::<TemplateRow>,
                 )
                 .optional()
                 .map_err(codec::backend("update_template"))?
-                .map(codec::TemplateRow::into_domain)
+                .map(TemplateRow::into_domain)
                 .transpose()
             })
             .await
@@ -568,7 +561,7 @@ impl Store for SqliteStore {
                 quotas::get(conn, "get_quota", &owner)
             })
             .await?
-            .map(quotas::QuotaRow::into_domain)
+            .map(rows::QuotaRow::into_domain)
             .transpose()
     }
 
@@ -579,13 +572,13 @@ impl Store for SqliteStore {
                 let mut stmt = conn
                     .prepare_cached(&format!(
                         "SELECT {} FROM owner_quotas ORDER BY owner_id",
-                        quotas::QUOTA_COLUMNS
+                        rows::QUOTA_COLUMNS
                     ))
                     .map_err(codec::backend(OP))?;
                 let rows = stmt
-                    .query_map([], quotas::QuotaRow::read)
+                    .query_map([], read::<rows::QuotaRow>)
                     .map_err(codec::backend(OP))?;
-                collect(OP, rows, quotas::QuotaRow::into_domain)
+                collect(OP, rows, rows::QuotaRow::into_domain)
             })
             .await
     }
@@ -637,19 +630,19 @@ impl Store for SqliteStore {
                 conn.prepare_cached(&format!(
                     "UPDATE workers SET status = ?2, updated_at = ?3 WHERE id = ?1 \
                      RETURNING {}",
-                    workers::WORKER_COLUMNS
+                    rows::WORKER_COLUMNS
                 ))
                 .and_then(|mut stmt| {
                     stmt.query_row(
                         params![id, status.as_str(), micros(at)],
-                        workers::WorkerRow::read,
+                        read::<rows::WorkerRow>,
                     )
                     .optional()
                 })
                 .map_err(codec::backend(OP))
             })
             .await?
-            .map(workers::WorkerRow::into_domain)
+            .map(rows::WorkerRow::into_domain)
             .transpose()
     }
 
@@ -660,13 +653,13 @@ impl Store for SqliteStore {
             .read(OP, move |conn| {
                 conn.prepare_cached(&format!(
                     "SELECT {} FROM workers WHERE id = ?1",
-                    workers::WORKER_COLUMNS
+                    rows::WORKER_COLUMNS
                 ))
-                .and_then(|mut stmt| stmt.query_row([&id], workers::WorkerRow::read).optional())
+                .and_then(|mut stmt| stmt.query_row([&id], read::<rows::WorkerRow>).optional())
                 .map_err(codec::backend(OP))
             })
             .await?
-            .map(workers::WorkerRow::into_domain)
+            .map(rows::WorkerRow::into_domain)
             .transpose()
     }
 
@@ -677,13 +670,13 @@ impl Store for SqliteStore {
                 let mut stmt = conn
                     .prepare_cached(&format!(
                         "SELECT {} FROM workers ORDER BY id",
-                        workers::WORKER_COLUMNS
+                        rows::WORKER_COLUMNS
                     ))
                     .map_err(codec::backend(OP))?;
                 let rows = stmt
-                    .query_map([], workers::WorkerRow::read)
+                    .query_map([], read::<rows::WorkerRow>)
                     .map_err(codec::backend(OP))?;
-                collect(OP, rows, workers::WorkerRow::into_domain)
+                collect(OP, rows, rows::WorkerRow::into_domain)
             })
             .await
     }
@@ -729,7 +722,7 @@ impl Store for SqliteStore {
                 workers::renew(conn, &resource, &holder, ttl, now)
             })
             .await?
-            .map(workers::LeaseRow::into_domain)
+            .map(rows::LeaseRow::into_domain)
             .transpose()
     }
 
@@ -768,7 +761,7 @@ impl Store for SqliteStore {
                 workers::get(conn, "get_lease", &resource)
             })
             .await?
-            .map(workers::LeaseRow::into_domain)
+            .map(rows::LeaseRow::into_domain)
             .transpose()
     }
 
@@ -779,13 +772,13 @@ impl Store for SqliteStore {
                 let mut stmt = conn
                     .prepare_cached(&format!(
                         "SELECT {} FROM leases ORDER BY resource_id",
-                        workers::LEASE_COLUMNS
+                        rows::LEASE_COLUMNS
                     ))
                     .map_err(codec::backend(OP))?;
                 let rows = stmt
-                    .query_map([], workers::LeaseRow::read)
+                    .query_map([], read::<rows::LeaseRow>)
                     .map_err(codec::backend(OP))?;
-                collect(OP, rows, workers::LeaseRow::into_domain)
+                collect(OP, rows, rows::LeaseRow::into_domain)
             })
             .await
     }
@@ -810,7 +803,7 @@ impl Store for SqliteStore {
         self.connections
             .read("get_tenant", move |conn| tenants::get_tenant(conn, &id))
             .await?
-            .map(tenants::TenantRow::into_domain)
+            .map(rows::TenantRow::into_domain)
             .transpose()
     }
 
@@ -862,12 +855,12 @@ impl Store for SqliteStore {
                 tenants::member_role(conn, &tenant, &member)
             })
             .await?
-            .map(|role| tenants::decode_role(tenant_id, subject, &role))
+            .map(|role| rows::decode_role(tenant_id, subject, &role))
             .transpose()
     }
 
     async fn create_policy(&self, policy: &Policy) -> StoreResult<()> {
-        let row = tenants::PolicyRow::from_domain(policy);
+        let row = rows::PolicyRow::from_domain(policy);
         self.connections
             .write("create_policy", move |conn| {
                 tenants::create_policy(conn, &row)
@@ -882,7 +875,7 @@ impl Store for SqliteStore {
                 tenants::get_policy(conn, &tenant, &id)
             })
             .await?
-            .map(tenants::PolicyRow::into_domain)
+            .map(rows::PolicyRow::into_domain)
             .transpose()
     }
 
@@ -896,13 +889,13 @@ impl Store for SqliteStore {
     }
 
     async fn update_policy(&self, policy: &Policy) -> StoreResult<Option<Policy>> {
-        let row = tenants::PolicyRow::from_domain(policy);
+        let row = rows::PolicyRow::from_domain(policy);
         self.connections
             .write("update_policy", move |conn| {
                 tenants::update_policy(conn, &row)
             })
             .await?
-            .map(tenants::PolicyRow::into_domain)
+            .map(rows::PolicyRow::into_domain)
             .transpose()
     }
 
@@ -916,7 +909,7 @@ impl Store for SqliteStore {
     }
 
     async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
-        let row = audit::AuditRow::from_domain(entry)?;
+        let row = rows::AuditRow::from_domain(entry)?;
         self.connections
             .write("insert_audit", move |conn| audit::insert(conn, &row))
             .await
@@ -928,7 +921,7 @@ impl Store for SqliteStore {
             .read("list_audit", move |conn| audit::list(conn, &filter))
             .await?
             .into_iter()
-            .map(audit::AuditRow::into_domain)
+            .map(rows::AuditRow::into_domain)
             .collect()
     }
 

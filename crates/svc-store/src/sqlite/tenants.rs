@@ -2,171 +2,23 @@
 //! decoded after it is released; a tenant's deletion takes its members and policies with it in
 //! one transaction.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
-use svc_core::access::Role;
-use svc_core::tenant::{Member, Policy, PolicyEffect, PolicyResource, Tenant};
+use rusqlite::{Connection, OptionalExtension};
+use svc_core::tenant::{Member, Policy, Tenant};
 
-use super::codec::{backend, conflict_or_backend, micros, timestamp};
+use super::codec::{backend, conflict_or_backend, read};
 use super::collect;
-use crate::{StoreError, StoreResult};
-
-const TENANT_COLUMNS: &str = "id, name, created_at";
-
-const MEMBER_COLUMNS: &str = "tenant_id, subject, role, created_at";
-
-const POLICY_COLUMNS: &str =
-    "id, tenant_id, name, resource, pattern, effect, priority, created_at, updated_at";
-
-fn corrupt(entity: &'static str, key: &str, message: String) -> StoreError {
-    StoreError::Corrupt {
-        entity,
-        key: key.to_owned(),
-        message,
-    }
-}
-
-/// A role from its wire name.
-fn parse_role(text: &str) -> Option<Role> {
-    Role::ALL.into_iter().find(|role| role.as_str() == text)
-}
-
-/// A tenant row as read; decoded after the connection is released.
-pub(super) struct TenantRow {
-    id: String,
-    name: String,
-    created_at: i64,
-}
-
-impl TenantRow {
-    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(TenantRow {
-            id: row.get(0)?,
-            name: row.get(1)?,
-            created_at: row.get(2)?,
-        })
-    }
-
-    pub(super) fn into_domain(self) -> StoreResult<Tenant> {
-        Ok(Tenant {
-            created_at: timestamp("tenant", &self.id, self.created_at)?,
-            name: self.name,
-            id: self.id,
-        })
-    }
-}
-
-/// A member row as read.
-pub(super) struct MemberRow {
-    tenant_id: String,
-    subject: String,
-    role: String,
-    created_at: i64,
-}
-
-impl MemberRow {
-    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(MemberRow {
-            tenant_id: row.get(0)?,
-            subject: row.get(1)?,
-            role: row.get(2)?,
-            created_at: row.get(3)?,
-        })
-    }
-
-    pub(super) fn into_domain(self) -> StoreResult<Member> {
-        let key = format!("{}/{}", self.tenant_id, self.subject);
-        Ok(Member {
-            role: parse_role(&self.role)
-                .ok_or_else(|| corrupt("member", &key, format!("unknown role {:?}", self.role)))?,
-            created_at: timestamp("member", &key, self.created_at)?,
-            tenant_id: self.tenant_id,
-            subject: self.subject,
-        })
-    }
-}
-
-/// A policy row as stored.
-pub(super) struct PolicyRow {
-    id: String,
-    tenant_id: String,
-    name: String,
-    resource: String,
-    pattern: String,
-    effect: String,
-    priority: i64,
-    created_at: i64,
-    updated_at: i64,
-}
-
-impl PolicyRow {
-    pub(super) fn from_domain(policy: &Policy) -> Self {
-        PolicyRow {
-            id: policy.id.clone(),
-            tenant_id: policy.tenant_id.clone(),
-            name: policy.name.clone(),
-            resource: policy.resource.as_str().to_owned(),
-            pattern: policy.pattern.clone(),
-            effect: policy.effect.as_str().to_owned(),
-            priority: policy.priority,
-            created_at: micros(policy.created_at),
-            updated_at: micros(policy.updated_at),
-        }
-    }
-
-    /// Bound in [`POLICY_COLUMNS`] order.
-    fn params(&self) -> [&dyn rusqlite::ToSql; 9] {
-        [
-            &self.id,
-            &self.tenant_id,
-            &self.name,
-            &self.resource,
-            &self.pattern,
-            &self.effect,
-            &self.priority,
-            &self.created_at,
-            &self.updated_at,
-        ]
-    }
-
-    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(PolicyRow {
-            id: row.get(0)?,
-            tenant_id: row.get(1)?,
-            name: row.get(2)?,
-            resource: row.get(3)?,
-            pattern: row.get(4)?,
-            effect: row.get(5)?,
-            priority: row.get(6)?,
-            created_at: row.get(7)?,
-            updated_at: row.get(8)?,
-        })
-    }
-
-    pub(super) fn into_domain(self) -> StoreResult<Policy> {
-        const E: &str = "policy";
-        Ok(Policy {
-            resource: PolicyResource::parse(&self.resource).ok_or_else(|| {
-                corrupt(E, &self.id, format!("unknown resource {:?}", self.resource))
-            })?,
-            effect: PolicyEffect::parse(&self.effect)
-                .ok_or_else(|| corrupt(E, &self.id, format!("unknown effect {:?}", self.effect)))?,
-            created_at: timestamp(E, &self.id, self.created_at)?,
-            updated_at: timestamp(E, &self.id, self.updated_at)?,
-            tenant_id: self.tenant_id,
-            name: self.name,
-            pattern: self.pattern,
-            priority: self.priority,
-            id: self.id,
-        })
-    }
-}
+use crate::rows::{
+    MemberRow, PolicyRow, TenantRow, MEMBER_COLUMNS, POLICY_COLUMNS, TENANT_COLUMNS,
+};
+use crate::StoreResult;
 
 pub(super) fn create_tenant(conn: &Connection, tenant: &Tenant) -> StoreResult<()> {
+    let row = TenantRow::from_domain(tenant);
     conn.prepare_cached(&format!(
         "INSERT INTO tenants ({TENANT_COLUMNS}) VALUES (?1, ?2, ?3)"
     ))
-    .and_then(|mut stmt| stmt.execute(params![tenant.id, tenant.name, micros(tenant.created_at)]))
-    .map_err(conflict_or_backend("create_tenant", "tenant", &tenant.id))?;
+    .and_then(|mut stmt| stmt.execute(row.values()))
+    .map_err(conflict_or_backend("create_tenant", "tenant", row.id()))?;
     Ok(())
 }
 
@@ -174,7 +26,7 @@ pub(super) fn get_tenant(conn: &Connection, id: &str) -> StoreResult<Option<Tena
     conn.prepare_cached(&format!(
         "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = ?1"
     ))
-    .and_then(|mut stmt| stmt.query_row([id], TenantRow::read).optional())
+    .and_then(|mut stmt| stmt.query_row([id], read::<TenantRow>).optional())
     .map_err(backend("get_tenant"))
 }
 
@@ -183,7 +35,7 @@ pub(super) fn list_tenants(conn: &Connection) -> StoreResult<Vec<Tenant>> {
     let mut stmt = conn
         .prepare_cached(&format!("SELECT {TENANT_COLUMNS} FROM tenants ORDER BY id"))
         .map_err(backend(OP))?;
-    let rows = stmt.query_map([], TenantRow::read).map_err(backend(OP))?;
+    let rows = stmt.query_map([], read::<TenantRow>).map_err(backend(OP))?;
     collect(OP, rows, TenantRow::into_domain)
 }
 
@@ -215,17 +67,7 @@ pub(super) fn put_member(conn: &Connection, member: &Member) -> StoreResult<Memb
          ON CONFLICT (tenant_id, subject) DO UPDATE SET role = excluded.role \
          RETURNING {MEMBER_COLUMNS}"
     ))
-    .and_then(|mut stmt| {
-        stmt.query_row(
-            params![
-                member.tenant_id,
-                member.subject,
-                member.role.as_str(),
-                micros(member.created_at)
-            ],
-            MemberRow::read,
-        )
-    })
+    .and_then(|mut stmt| stmt.query_row(MemberRow::from_domain(member).values(), read::<MemberRow>))
     .map_err(backend("put_member"))
 }
 
@@ -237,7 +79,7 @@ pub(super) fn list_members(conn: &Connection, tenant_id: &str) -> StoreResult<Ve
         ))
         .map_err(backend(OP))?;
     let rows = stmt
-        .query_map([tenant_id], MemberRow::read)
+        .query_map([tenant_id], read::<MemberRow>)
         .map_err(backend(OP))?;
     collect(OP, rows, MemberRow::into_domain)
 }
@@ -267,22 +109,12 @@ pub(super) fn member_role(
         .map_err(backend("member_role"))
 }
 
-pub(super) fn decode_role(tenant_id: &str, subject: &str, role: &str) -> StoreResult<Role> {
-    parse_role(role).ok_or_else(|| {
-        corrupt(
-            "member",
-            &format!("{tenant_id}/{subject}"),
-            format!("unknown role {role:?}"),
-        )
-    })
-}
-
 pub(super) fn create_policy(conn: &Connection, row: &PolicyRow) -> StoreResult<()> {
     conn.prepare_cached(&format!(
         "INSERT INTO tenant_policies ({POLICY_COLUMNS}) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     ))
-    .and_then(|mut stmt| stmt.execute(row.params()))
+    .and_then(|mut stmt| stmt.execute(row.values()))
     .map_err(conflict_or_backend("create_policy", "policy", &row.id))?;
     Ok(())
 }
@@ -295,7 +127,10 @@ pub(super) fn get_policy(
     conn.prepare_cached(&format!(
         "SELECT {POLICY_COLUMNS} FROM tenant_policies WHERE id = ?1 AND tenant_id = ?2"
     ))
-    .and_then(|mut stmt| stmt.query_row([id, tenant_id], PolicyRow::read).optional())
+    .and_then(|mut stmt| {
+        stmt.query_row([id, tenant_id], read::<PolicyRow>)
+            .optional()
+    })
     .map_err(backend("get_policy"))
 }
 
@@ -308,7 +143,7 @@ pub(super) fn list_policies(conn: &Connection, tenant_id: &str) -> StoreResult<V
         ))
         .map_err(backend(OP))?;
     let rows = stmt
-        .query_map([tenant_id], PolicyRow::read)
+        .query_map([tenant_id], read::<PolicyRow>)
         .map_err(backend(OP))?;
     collect(OP, rows, PolicyRow::into_domain)
 }
@@ -320,7 +155,7 @@ pub(super) fn update_policy(conn: &Connection, row: &PolicyRow) -> StoreResult<O
          priority = ?7, updated_at = ?9 WHERE id = ?1 AND tenant_id = ?2 \
          RETURNING {POLICY_COLUMNS}"
     ))
-    .and_then(|mut stmt| stmt.query_row(row.params(), PolicyRow::read).optional())
+    .and_then(|mut stmt| stmt.query_row(row.values(), read::<PolicyRow>).optional())
     .map_err(backend("update_policy"))
 }
 

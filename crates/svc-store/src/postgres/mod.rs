@@ -1,0 +1,776 @@
+//! The PostgreSQL backend: one database shared by several control-plane replicas. Calls run on
+//! a pool of connections (`deadpool-postgres` over `tokio-postgres`), each statement prepared
+//! once per connection. Every method is one statement (an upsert, a conditional update, a
+//! statement with data-modifying CTEs) except admission, one transaction serialised across
+//! replicas by an advisory lock. Rows use the encodings of the SQLite backend and the shared
+//! row codec, so both backends return the same values.
+
+mod audit;
+mod codec;
+mod migrate;
+mod pool;
+mod quotas;
+mod tenants;
+mod workers;
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use deadpool_postgres::{Client, Pool};
+use svc_core::access::Role;
+use svc_core::admission::Admission;
+use svc_core::audit::{AuditEntry, AuditFilter};
+use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
+use svc_core::sandbox::{Ending, Sandbox};
+use svc_core::template::Template;
+use svc_core::tenant::{Member, Policy, Tenant};
+use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
+use svc_core::{SandboxId, Timestamp};
+
+use crate::rows::{
+    self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
+};
+use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult};
+use codec::{backend, count_at, execute, fetch_all, fetch_opt, insert, params, query, query_one};
+
+/// A store in a PostgreSQL database (or one schema of it).
+pub struct PgStore {
+    pool: Pool,
+}
+
+impl PgStore {
+    /// Connects to the database at `dsn` (a `postgres://` URL or `key=value` pairs) with up to
+    /// `pool_size` connections and runs pending migrations. Tables live where the connection's
+    /// `search_path` puts them.
+    pub async fn connect(dsn: &str, pool_size: usize) -> StoreResult<Self> {
+        Self::open(dsn, None, pool_size).await
+    }
+
+    /// Like [`PgStore::connect`], confined to `schema`: created when missing, and the
+    /// `search_path` of every pooled connection. `schema` is a lowercase identifier (letters,
+    /// digits, `_`, not starting with a digit, at most 63 bytes). Separate schemas are separate
+    /// stores, which is how the contract suite isolates its cases.
+    pub async fn connect_in_schema(dsn: &str, schema: &str, pool_size: usize) -> StoreResult<Self> {
+        if !pool::valid_schema(schema) {
+            return Err(StoreError::Backend {
+                operation: "connect",
+                source: format!(
+                    "schema {schema:?} is not a lowercase identifier of at most 63 bytes"
+                )
+                .into(),
+            });
+        }
+        Self::open(dsn, Some(schema), pool_size).await
+    }
+
+    async fn open(dsn: &str, schema: Option<&str>, pool_size: usize) -> StoreResult<Self> {
+        let store = PgStore {
+            pool: pool::open(dsn, schema, pool_size)?,
+        };
+        let mut client = store.client("migrate").await?;
+        migrate::run(&mut client, schema).await?;
+        drop(client);
+        Ok(store)
+    }
+
+    /// The schema version the database is at, and the latest one this binary knows.
+    pub async fn schema_version(&self) -> StoreResult<(i64, i64)> {
+        let client = self.client("schema_version").await?;
+        Ok((
+            migrate::current_version(&client).await?,
+            migrate::latest_version(),
+        ))
+    }
+
+    async fn client(&self, operation: &'static str) -> StoreResult<Client> {
+        self.pool.get().await.map_err(codec::pool(operation))
+    }
+}
+
+/// The states that hold a runtime and so count toward capacity.
+const HOLDS_RUNTIME: &str = "state IN ('creating', 'running')";
+
+/// Sandbox statements that need the column list, formatted once (and prepared once per
+/// connection through its statement cache).
+struct SandboxSql {
+    insert: String,
+    get: String,
+    mark_running: String,
+    end: String,
+    set_expiry: String,
+    list: String,
+    list_expired: String,
+}
+
+static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
+    insert: {
+        let placeholders: Vec<String> = (1..=SANDBOX_COLUMN_COUNT)
+            .map(|i| format!("${i}"))
+            .collect();
+        format!(
+            "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES ({})",
+            placeholders.join(", ")
+        )
+    },
+    get: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1"),
+    mark_running: format!(
+        "UPDATE sandboxes SET state = 'running' WHERE id = $1 AND state = 'creating' \
+         RETURNING {SANDBOX_COLUMNS}"
+    ),
+    // Whoever held the lease: the sandbox it fenced is gone, so it lapses in the same
+    // statement (and only when this call ended the sandbox).
+    end: format!(
+        "WITH ended AS (UPDATE sandboxes SET state = $2, destroyed_at = $3, ended_at = $4, \
+         state_reason = $5, state_message = $6 WHERE id = $1 AND {HOLDS_RUNTIME} \
+         RETURNING {SANDBOX_COLUMNS}), \
+         lapsed AS (UPDATE leases SET expires_at = LEAST(expires_at, $4) \
+         WHERE resource_id IN (SELECT id FROM ended)) \
+         SELECT {SANDBOX_COLUMNS} FROM ended"
+    ),
+    set_expiry: format!(
+        "UPDATE sandboxes SET expires_at = $2 WHERE id = $1 AND state = 'running' \
+         RETURNING {SANDBOX_COLUMNS}"
+    ),
+    list: format!(
+        "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
+         WHERE ($1::text IS NULL OR state = $1) \
+         AND (NOT $2 OR state <> 'destroyed') \
+         AND ($3::text IS NULL OR owner_id = $3) \
+         AND ($4::text IS NULL OR provider = $4) \
+         AND ($5::text IS NULL OR tenant_id = $5) \
+         AND ($6::text IS NULL OR worker_id = $6) \
+         ORDER BY created_at DESC, id DESC"
+    ),
+    list_expired: format!(
+        "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
+         WHERE state = 'running' AND expires_at <= $1 ORDER BY expires_at, id"
+    ),
+});
+
+/// Runs a statement that yields at most one sandbox, decoded.
+async fn one_sandbox(
+    client: &Client,
+    operation: &'static str,
+    sql: &str,
+    params: &codec::Params<'_>,
+) -> StoreResult<Option<Sandbox>> {
+    fetch_opt(client, operation, sql, params)
+        .await?
+        .map(SandboxRow::into_domain)
+        .transpose()
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn installation_id(&self) -> StoreResult<String> {
+        const OP: &str = "installation_id";
+        let client = self.client(OP).await?;
+        let row = query_one(
+            &client,
+            OP,
+            "SELECT value FROM meta WHERE key = 'installation_id'",
+            &[],
+        )
+        .await?;
+        row.try_get(0).map_err(backend(OP))
+    }
+
+    async fn ping(&self) -> StoreResult<Duration> {
+        const OP: &str = "ping";
+        let started = Instant::now();
+        let client = self.client(OP).await?;
+        query_one(&client, OP, "SELECT 1", &[]).await?;
+        Ok(started.elapsed())
+    }
+
+    async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
+        const OP: &str = "insert_sandbox";
+        let row = SandboxRow::from_domain(sandbox)?;
+        let client = self.client(OP).await?;
+        insert(
+            &client,
+            OP,
+            &SANDBOX_SQL.insert,
+            &params(&row.values()),
+            ("sandbox", &row.id),
+        )
+        .await
+    }
+
+    async fn admit_sandbox(
+        &self,
+        sandbox: &Sandbox,
+        lifetime: Duration,
+        limits: GlobalLimits,
+        lease_ttl: Duration,
+    ) -> StoreResult<Admission> {
+        const OP: &str = "admit_sandbox";
+        let row = SandboxRow::from_domain(sandbox)?;
+        let holder = sandbox.worker_id.as_deref().unwrap_or_default();
+        let mut client = self.client(OP).await?;
+        let tx = client.transaction().await.map_err(backend(OP))?;
+        // The lock first, then every read: each later statement of this (read committed)
+        // transaction sees every admission committed before the lock was granted, and none can
+        // commit until this one ends.
+        execute(&tx, OP, quotas::ADMISSION_LOCK, &[]).await?;
+        let admission = quotas::decide(&tx, OP, &sandbox.owner_id, lifetime, limits, false).await?;
+        if !admission.allowed {
+            tx.rollback().await.map_err(backend(OP))?;
+            return Ok(admission);
+        }
+        // The lease before the record (interface "States and transitions"): a new ID's lease
+        // is free, so this always acquires.
+        if let rows::AcquireRow::Held(_) =
+            workers::acquire(&tx, OP, &row.id, holder, lease_ttl, sandbox.created_at).await?
+        {
+            return Err(StoreError::Conflict {
+                entity: "lease",
+                key: row.id.clone(),
+            });
+        }
+        insert(
+            &tx,
+            OP,
+            &SANDBOX_SQL.insert,
+            &params(&row.values()),
+            ("sandbox", &row.id),
+        )
+        .await?;
+        tx.commit().await.map_err(backend(OP))?;
+        Ok(admission)
+    }
+
+    async fn check_admission(
+        &self,
+        owner_id: &str,
+        lifetime: Duration,
+        limits: GlobalLimits,
+    ) -> StoreResult<Admission> {
+        const OP: &str = "check_admission";
+        let client = self.client(OP).await?;
+        // One statement, so the quota and both counts come from one snapshot.
+        quotas::decide(&client, OP, owner_id, lifetime, limits, true).await
+    }
+
+    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "mark_sandbox_running";
+        let client = self.client(OP).await?;
+        one_sandbox(&client, OP, &SANDBOX_SQL.mark_running, &[&id.as_str()]).await
+    }
+
+    async fn end_sandbox(
+        &self,
+        id: &SandboxId,
+        state: EndedState,
+        ending: &Ending,
+        at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "end_sandbox";
+        let destroyed_at = (state == EndedState::Destroyed).then(|| micros(at));
+        let client = self.client(OP).await?;
+        one_sandbox(
+            &client,
+            OP,
+            &SANDBOX_SQL.end,
+            &[
+                &id.as_str(),
+                &state.state().as_str(),
+                &destroyed_at,
+                &micros(at),
+                &ending.reason.as_str(),
+                &ending.message,
+            ],
+        )
+        .await
+    }
+
+    async fn get_sandbox(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "get_sandbox";
+        let client = self.client(OP).await?;
+        one_sandbox(&client, OP, &SANDBOX_SQL.get, &[&id.as_str()]).await
+    }
+
+    async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
+        const OP: &str = "list_sandboxes";
+        let (state, active_only) = filter.state.condition();
+        let client = self.client(OP).await?;
+        fetch_all(
+            &client,
+            OP,
+            &SANDBOX_SQL.list,
+            &[
+                &state,
+                &active_only,
+                &filter.owner_id,
+                &filter.provider,
+                &filter.tenant_id,
+                &filter.worker_id,
+            ],
+            SandboxRow::into_domain,
+        )
+        .await
+    }
+
+    async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64> {
+        const OP: &str = "count_active_sandboxes";
+        let client = self.client(OP).await?;
+        let row = query_one(
+            &client,
+            OP,
+            &format!(
+                "SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME} \
+                 AND ($1::text IS NULL OR owner_id = $1)"
+            ),
+            &[&owner_id],
+        )
+        .await?;
+        count_at(OP, &row, 0)
+    }
+
+    async fn sandbox_groups(&self) -> StoreResult<Vec<svc_core::observe::SandboxGroup>> {
+        const OP: &str = "sandbox_groups";
+        let client = self.client(OP).await?;
+        let rows = query(
+            &client,
+            OP,
+            "SELECT state, provider, COALESCE(worker_id, ''), COUNT(*) FROM sandboxes \
+             GROUP BY state, provider, worker_id",
+            &[],
+        )
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(svc_core::observe::SandboxGroup {
+                    state: row.try_get(0).map_err(backend(OP))?,
+                    provider: row.try_get(1).map_err(backend(OP))?,
+                    worker_id: row.try_get(2).map_err(backend(OP))?,
+                    count: count_at(OP, row, 3)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64> {
+        const OP: &str = "count_sandboxes_on_provider";
+        let client = self.client(OP).await?;
+        let row = query_one(
+            &client,
+            OP,
+            &format!("SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME} AND provider = $1"),
+            &[&provider],
+        )
+        .await?;
+        count_at(OP, &row, 0)
+    }
+
+    async fn set_sandbox_expiry(
+        &self,
+        id: &SandboxId,
+        expires_at: Timestamp,
+    ) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "set_sandbox_expiry";
+        let client = self.client(OP).await?;
+        one_sandbox(
+            &client,
+            OP,
+            &SANDBOX_SQL.set_expiry,
+            &[&id.as_str(), &micros(expires_at)],
+        )
+        .await
+    }
+
+    async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>> {
+        const OP: &str = "list_expired_sandboxes";
+        let client = self.client(OP).await?;
+        fetch_all(
+            &client,
+            OP,
+            &SANDBOX_SQL.list_expired,
+            &[&micros(now)],
+            SandboxRow::into_domain,
+        )
+        .await
+    }
+
+    async fn purge_destroyed_before(&self, cutoff: Timestamp) -> StoreResult<u64> {
+        const OP: &str = "purge_destroyed_before";
+        let client = self.client(OP).await?;
+        // A purged sandbox's lease goes with it: nothing can act on that ID again.
+        let row = query_one(
+            &client,
+            OP,
+            "WITH purged AS (DELETE FROM sandboxes \
+             WHERE state IN ('destroyed', 'error') AND ended_at < $1 RETURNING id), \
+             leases_gone AS (DELETE FROM leases WHERE resource_id IN (SELECT id FROM purged)) \
+             SELECT COUNT(*) FROM purged",
+            &[&micros(cutoff)],
+        )
+        .await?;
+        count_at(OP, &row, 0)
+    }
+
+    async fn insert_template(&self, template: &Template) -> StoreResult<()> {
+        const OP: &str = "insert_template";
+        let row = TemplateRow::from_domain(template)?;
+        let client = self.client(OP).await?;
+        insert(
+            &client,
+            OP,
+            &format!(
+                "INSERT INTO templates ({TEMPLATE_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            ),
+            &params(&row.values()),
+            ("template", &row.name),
+        )
+        .await
+    }
+
+    async fn get_template(&self, name: &str) -> StoreResult<Option<Template>> {
+        const OP: &str = "get_template";
+        let client = self.client(OP).await?;
+        fetch_opt(
+            &client,
+            OP,
+            &format!("SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name = $1"),
+            &[&name],
+        )
+        .await?
+        .map(TemplateRow::into_domain)
+        .transpose()
+    }
+
+    async fn list_templates(&self) -> StoreResult<Vec<Template>> {
+        const OP: &str = "list_templates";
+        let client = self.client(OP).await?;
+        fetch_all(
+            &client,
+            OP,
+            &format!("SELECT {TEMPLATE_COLUMNS} FROM templates ORDER BY name"),
+            &[],
+            TemplateRow::into_domain,
+        )
+        .await
+    }
+
+    async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
+        const OP: &str = "update_template";
+        let row = TemplateRow::from_domain(template)?;
+        let values = row.values();
+        let mut bound = params(&values);
+        // `created_at` is kept, so not bound: PostgreSQL refuses a parameter no statement uses.
+        bound.remove(7);
+        let client = self.client(OP).await?;
+        fetch_opt(
+            &client,
+            OP,
+            &format!(
+                "UPDATE templates SET image = $2, memory_mb = $3, vcpus = $4, ttl_nanos = $5, \
+                 provider = $6, metadata = $7, updated_at = $8 WHERE name = $1 \
+                 RETURNING {TEMPLATE_COLUMNS}"
+            ),
+            &bound,
+        )
+        .await?
+        .map(TemplateRow::into_domain)
+        .transpose()
+    }
+
+    async fn delete_template(&self, name: &str) -> StoreResult<bool> {
+        const OP: &str = "delete_template";
+        let client = self.client(OP).await?;
+        execute(
+            &client,
+            OP,
+            "DELETE FROM templates WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .map(|n| n > 0)
+    }
+
+    async fn put_quota(
+        &self,
+        owner_id: &str,
+        limits: QuotaLimits,
+        at: Timestamp,
+    ) -> StoreResult<OwnerQuota> {
+        let client = self.client("put_quota").await?;
+        quotas::put(&client, owner_id, limits, at)
+            .await?
+            .into_domain()
+    }
+
+    async fn get_quota(&self, owner_id: &str) -> StoreResult<Option<OwnerQuota>> {
+        let client = self.client("get_quota").await?;
+        quotas::get(&client, owner_id)
+            .await?
+            .map(rows::QuotaRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>> {
+        const OP: &str = "list_quotas";
+        let client = self.client(OP).await?;
+        fetch_all(
+            &client,
+            OP,
+            &format!(
+                "SELECT {} FROM owner_quotas ORDER BY owner_id",
+                rows::QUOTA_COLUMNS
+            ),
+            &[],
+            rows::QuotaRow::into_domain,
+        )
+        .await
+    }
+
+    async fn delete_quota(&self, owner_id: &str) -> StoreResult<bool> {
+        const OP: &str = "delete_quota";
+        let client = self.client(OP).await?;
+        execute(
+            &client,
+            OP,
+            "DELETE FROM owner_quotas WHERE owner_id = $1",
+            &[&owner_id],
+        )
+        .await
+        .map(|n| n > 0)
+    }
+
+    async fn quota_summary(&self) -> StoreResult<QuotaSummary> {
+        let client = self.client("quota_summary").await?;
+        quotas::summary(&client).await
+    }
+
+    async fn upsert_worker(
+        &self,
+        id: &str,
+        heartbeat: &WorkerHeartbeat,
+        at: Timestamp,
+    ) -> StoreResult<Worker> {
+        let client = self.client("upsert_worker").await?;
+        workers::upsert(&client, id, heartbeat, at)
+            .await?
+            .into_domain()
+    }
+
+    async fn set_worker_status(
+        &self,
+        id: &str,
+        status: WorkerStatus,
+        at: Timestamp,
+    ) -> StoreResult<Option<Worker>> {
+        let client = self.client("set_worker_status").await?;
+        workers::set_status(&client, id, status, at)
+            .await?
+            .map(rows::WorkerRow::into_domain)
+            .transpose()
+    }
+
+    async fn get_worker(&self, id: &str) -> StoreResult<Option<Worker>> {
+        let client = self.client("get_worker").await?;
+        workers::get_worker(&client, id)
+            .await?
+            .map(rows::WorkerRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_workers(&self) -> StoreResult<Vec<Worker>> {
+        const OP: &str = "list_workers";
+        let client = self.client(OP).await?;
+        fetch_all(
+            &client,
+            OP,
+            &format!("SELECT {} FROM workers ORDER BY id", rows::WORKER_COLUMNS),
+            &[],
+            rows::WorkerRow::into_domain,
+        )
+        .await
+    }
+
+    async fn delete_worker(&self, id: &str) -> StoreResult<bool> {
+        const OP: &str = "delete_worker";
+        let client = self.client(OP).await?;
+        execute(&client, OP, "DELETE FROM workers WHERE id = $1", &[&id])
+            .await
+            .map(|n| n > 0)
+    }
+
+    async fn acquire_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<LeaseAcquire> {
+        const OP: &str = "acquire_lease";
+        let client = self.client(OP).await?;
+        workers::acquire(&client, OP, resource_id, holder, ttl, now)
+            .await?
+            .into_domain()
+    }
+
+    async fn renew_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<Option<Lease>> {
+        let client = self.client("renew_lease").await?;
+        workers::renew(&client, resource_id, holder, ttl, now)
+            .await?
+            .map(rows::LeaseRow::into_domain)
+            .transpose()
+    }
+
+    async fn renew_leases_held_by(
+        &self,
+        holder: &str,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> StoreResult<u64> {
+        let client = self.client("renew_leases_held_by").await?;
+        workers::renew_all(&client, holder, ttl, now).await
+    }
+
+    async fn release_lease(
+        &self,
+        resource_id: &str,
+        holder: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        let client = self.client("release_lease").await?;
+        workers::release(&client, resource_id, holder, now).await
+    }
+
+    async fn get_lease(&self, resource_id: &str) -> StoreResult<Option<Lease>> {
+        const OP: &str = "get_lease";
+        let client = self.client(OP).await?;
+        workers::get(&client, OP, resource_id)
+            .await?
+            .map(rows::LeaseRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_leases(&self) -> StoreResult<Vec<Lease>> {
+        const OP: &str = "list_leases";
+        let client = self.client(OP).await?;
+        fetch_all(
+            &client,
+            OP,
+            &format!(
+                "SELECT {} FROM leases ORDER BY resource_id",
+                rows::LEASE_COLUMNS
+            ),
+            &[],
+            rows::LeaseRow::into_domain,
+        )
+        .await
+    }
+
+    async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts> {
+        let client = self.client("lease_counts").await?;
+        workers::counts(&client, now).await
+    }
+
+    async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()> {
+        let client = self.client("create_tenant").await?;
+        tenants::create_tenant(&client, tenant).await
+    }
+
+    async fn get_tenant(&self, id: &str) -> StoreResult<Option<Tenant>> {
+        let client = self.client("get_tenant").await?;
+        tenants::get_tenant(&client, id)
+            .await?
+            .map(rows::TenantRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_tenants(&self) -> StoreResult<Vec<Tenant>> {
+        let client = self.client("list_tenants").await?;
+        tenants::list_tenants(&client).await
+    }
+
+    async fn delete_tenant(&self, id: &str) -> StoreResult<bool> {
+        let client = self.client("delete_tenant").await?;
+        tenants::delete_tenant(&client, id).await
+    }
+
+    async fn put_member(&self, member: &Member) -> StoreResult<Member> {
+        let client = self.client("put_member").await?;
+        tenants::put_member(&client, member).await?.into_domain()
+    }
+
+    async fn list_members(&self, tenant_id: &str) -> StoreResult<Vec<Member>> {
+        let client = self.client("list_members").await?;
+        tenants::list_members(&client, tenant_id).await
+    }
+
+    async fn delete_member(&self, tenant_id: &str, subject: &str) -> StoreResult<bool> {
+        let client = self.client("delete_member").await?;
+        tenants::delete_member(&client, tenant_id, subject).await
+    }
+
+    async fn member_role(&self, tenant_id: &str, subject: &str) -> StoreResult<Option<Role>> {
+        let client = self.client("member_role").await?;
+        tenants::member_role(&client, tenant_id, subject)
+            .await?
+            .map(|role| rows::decode_role(tenant_id, subject, &role))
+            .transpose()
+    }
+
+    async fn create_policy(&self, policy: &Policy) -> StoreResult<()> {
+        let row = rows::PolicyRow::from_domain(policy);
+        let client = self.client("create_policy").await?;
+        tenants::create_policy(&client, &row).await
+    }
+
+    async fn get_policy(&self, tenant_id: &str, id: &str) -> StoreResult<Option<Policy>> {
+        let client = self.client("get_policy").await?;
+        tenants::get_policy(&client, tenant_id, id)
+            .await?
+            .map(rows::PolicyRow::into_domain)
+            .transpose()
+    }
+
+    async fn list_policies(&self, tenant_id: &str) -> StoreResult<Vec<Policy>> {
+        let client = self.client("list_policies").await?;
+        tenants::list_policies(&client, tenant_id).await
+    }
+
+    async fn update_policy(&self, policy: &Policy) -> StoreResult<Option<Policy>> {
+        let row = rows::PolicyRow::from_domain(policy);
+        let client = self.client("update_policy").await?;
+        tenants::update_policy(&client, &row)
+            .await?
+            .map(rows::PolicyRow::into_domain)
+            .transpose()
+    }
+
+    async fn delete_policy(&self, tenant_id: &str, id: &str) -> StoreResult<bool> {
+        let client = self.client("delete_policy").await?;
+        tenants::delete_policy(&client, tenant_id, id).await
+    }
+
+    async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        let row = rows::AuditRow::from_domain(entry)?;
+        let client = self.client("insert_audit").await?;
+        audit::insert_entry(&client, &row).await
+    }
+
+    async fn list_audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        let client = self.client("list_audit").await?;
+        audit::list(&client, filter).await
+    }
+
+    async fn close(&self) {
+        self.pool.close();
+    }
+}

@@ -1,0 +1,113 @@
+//! Owner quotas and admission on PostgreSQL. The admission read is one statement (the owner's
+//! quota and both counts from one snapshot); a spawn makes it inside the admitting transaction,
+//! after the admission lock, so no other replica's spawn can land between the decision and the
+//! insert.
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use svc_core::admission::{ActiveCounts, Admission};
+use svc_core::quota::{GlobalLimits, QuotaLimits, QuotaSummary};
+use svc_core::Timestamp;
+
+use super::codec::{backend, count_at, fetch_one, fetch_opt, params, query_one};
+use crate::rows::{quota_limits, AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
+use crate::StoreResult;
+
+/// Serialises admissions: every admitting transaction takes it first and holds it to its end.
+/// The key is this lock's class ("svca" in ASCII) and the store's schema, so stores in different
+/// schemas of one database do not wait for each other.
+pub(super) const ADMISSION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(1937138529, hashtext(COALESCE(current_schema(), '')))";
+
+/// The owner's quota (NULLs without one) and the sandboxes holding a runtime, in all and the
+/// owner's, in one snapshot.
+const ADMISSION_READ: &str = "SELECT q.max_sandboxes, q.max_ttl_secs, q.max_exec_timeout_secs, \
+     c.active, c.owner_active \
+     FROM (SELECT COUNT(*) AS active, COUNT(*) FILTER (WHERE owner_id = $1) AS owner_active \
+           FROM sandboxes WHERE state IN ('creating', 'running')) AS c \
+     LEFT JOIN owner_quotas AS q ON q.owner_id = $1";
+
+/// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, as
+/// the database is now to `client` (a transaction holding the admission lock, for a spawn).
+pub(super) async fn decide<C: GenericClient>(
+    client: &C,
+    operation: &'static str,
+    owner_id: &str,
+    lifetime: Duration,
+    limits: GlobalLimits,
+    report: bool,
+) -> StoreResult<Admission> {
+    let row = query_one(client, operation, ADMISSION_READ, &[&owner_id]).await?;
+    let stored = |index: usize| {
+        row.try_get::<_, Option<i64>>(index)
+            .map_err(backend(operation))
+    };
+    let quota: Option<QuotaLimits> = match (stored(0)?, stored(1)?, stored(2)?) {
+        (Some(max_sandboxes), Some(max_ttl), Some(max_exec_timeout)) => {
+            Some(quota_limits(max_sandboxes, max_ttl, max_exec_timeout))
+        }
+        _ => None,
+    };
+    let counts = ActiveCounts {
+        active: count_at(operation, &row, 3)?,
+        owner_active: count_at(operation, &row, 4)?,
+    };
+    Ok(AdmissionPlan::new(owner_id, limits, quota, report).decide(lifetime, counts))
+}
+
+pub(super) async fn get<C: GenericClient>(
+    client: &C,
+    owner_id: &str,
+) -> StoreResult<Option<QuotaRow>> {
+    fetch_opt(
+        client,
+        "get_quota",
+        &format!("SELECT {QUOTA_COLUMNS} FROM owner_quotas WHERE owner_id = $1"),
+        &[&owner_id],
+    )
+    .await
+}
+
+/// Inserts or replaces the quota of `owner_id`, keeping its `created_at`.
+pub(super) async fn put<C: GenericClient>(
+    client: &C,
+    owner_id: &str,
+    limits: QuotaLimits,
+    at: Timestamp,
+) -> StoreResult<QuotaRow> {
+    let quota = QuotaRow::new(owner_id, limits, at);
+    fetch_one(
+        client,
+        "put_quota",
+        &format!(
+            "INSERT INTO owner_quotas ({QUOTA_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (owner_id) DO UPDATE SET max_sandboxes = EXCLUDED.max_sandboxes, \
+             max_ttl_secs = EXCLUDED.max_ttl_secs, \
+             max_exec_timeout_secs = EXCLUDED.max_exec_timeout_secs, \
+             updated_at = EXCLUDED.updated_at \
+             RETURNING {QUOTA_COLUMNS}"
+        ),
+        &params(&quota.values()),
+    )
+    .await
+}
+
+pub(super) async fn summary<C: GenericClient>(client: &C) -> StoreResult<QuotaSummary> {
+    const OP: &str = "quota_summary";
+    let row = query_one(
+        client,
+        OP,
+        "SELECT COUNT(*), COUNT(*) FILTER (WHERE max_sandboxes > 0), \
+         COUNT(*) FILTER (WHERE max_ttl_secs > 0), \
+         COUNT(*) FILTER (WHERE max_exec_timeout_secs > 0) FROM owner_quotas",
+        &[],
+    )
+    .await?;
+    Ok(QuotaSummary {
+        total: count_at(OP, &row, 0)?,
+        with_max_sandboxes: count_at(OP, &row, 1)?,
+        with_max_ttl: count_at(OP, &row, 2)?,
+        with_max_exec_timeout: count_at(OP, &row, 3)?,
+    })
+}

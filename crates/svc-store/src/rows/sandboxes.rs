@@ -1,0 +1,158 @@
+//! Sandbox and template rows.
+
+use std::time::Duration;
+
+use svc_core::sandbox::{Sandbox, SandboxState, StateReason};
+use svc_core::template::Template;
+use svc_core::{GoDuration, SandboxId};
+
+use super::{as_u32, encode_map, json_map, micros, stored_row, timestamp};
+use crate::{StoreError, StoreResult};
+
+pub(crate) const SANDBOX_COLUMNS: &str = SandboxRow::COLUMNS;
+
+pub(crate) const SANDBOX_COLUMN_COUNT: usize = SandboxRow::COLUMN_COUNT;
+
+pub(crate) const TEMPLATE_COLUMNS: &str = TemplateRow::COLUMNS;
+
+stored_row! {
+    /// A sandbox row as stored.
+    struct SandboxRow {
+        pub(crate) id: String,
+        state: String,
+        provider: String,
+        image: String,
+        memory_mb: i64,
+        vcpus: i64,
+        created_at: i64,
+        expires_at: i64,
+        destroyed_at: Option<i64>,
+        metadata: String,
+        env: String,
+        preview_domain: String,
+        worker_id: Option<String>,
+        tenant_id: String,
+        owner_id: String,
+        template: Option<String>,
+        network: Option<String>,
+        state_reason: Option<String>,
+        state_message: Option<String>,
+    }
+}
+
+impl SandboxRow {
+    pub(crate) fn from_domain(sandbox: &Sandbox) -> StoreResult<Self> {
+        Ok(SandboxRow {
+            id: sandbox.id.as_str().to_owned(),
+            state: sandbox.state.as_str().to_owned(),
+            provider: sandbox.provider.clone(),
+            image: sandbox.image.clone(),
+            memory_mb: i64::from(sandbox.memory_mb),
+            vcpus: i64::from(sandbox.vcpus),
+            created_at: micros(sandbox.created_at),
+            expires_at: micros(sandbox.expires_at),
+            destroyed_at: sandbox.destroyed_at.map(micros),
+            metadata: encode_map(&sandbox.metadata)?,
+            env: encode_map(&sandbox.env)?,
+            preview_domain: sandbox.preview_domain.clone(),
+            worker_id: sandbox.worker_id.clone(),
+            tenant_id: sandbox.tenant_id.clone(),
+            owner_id: sandbox.owner_id.clone(),
+            template: sandbox.template.clone(),
+            network: sandbox.network.clone(),
+            state_reason: sandbox.state_reason.map(|r| r.as_str().to_owned()),
+            state_message: sandbox.state_message.clone(),
+        })
+    }
+
+    pub(crate) fn into_domain(self) -> StoreResult<Sandbox> {
+        const E: &str = "sandbox";
+        let key = self.id.clone();
+        let corrupt = |message: String| StoreError::Corrupt {
+            entity: E,
+            key: key.clone(),
+            message,
+        };
+        Ok(Sandbox {
+            id: SandboxId::parse(&self.id).map_err(|e| corrupt(e.to_string()))?,
+            state: SandboxState::parse(&self.state)
+                .ok_or_else(|| corrupt(format!("unknown state {:?}", self.state)))?,
+            provider: self.provider,
+            image: self.image,
+            memory_mb: as_u32(E, &key, self.memory_mb)?,
+            vcpus: as_u32(E, &key, self.vcpus)?,
+            created_at: timestamp(E, &key, self.created_at)?,
+            expires_at: timestamp(E, &key, self.expires_at)?,
+            destroyed_at: self
+                .destroyed_at
+                .map(|v| timestamp(E, &key, v))
+                .transpose()?,
+            metadata: json_map(E, &key, &self.metadata)?,
+            env: json_map(E, &key, &self.env)?,
+            preview_domain: self.preview_domain,
+            worker_id: self.worker_id,
+            tenant_id: self.tenant_id,
+            owner_id: self.owner_id,
+            template: self.template,
+            network: self.network,
+            state_reason: self
+                .state_reason
+                .map(|r| {
+                    StateReason::parse(&r)
+                        .ok_or_else(|| corrupt(format!("unknown state reason {r:?}")))
+                })
+                .transpose()?,
+            state_message: self.state_message,
+        })
+    }
+}
+
+stored_row! {
+    /// A template row as stored.
+    struct TemplateRow {
+        pub(crate) name: String,
+        image: String,
+        memory_mb: i64,
+        vcpus: i64,
+        ttl_nanos: i64,
+        provider: String,
+        metadata: String,
+        created_at: i64,
+        updated_at: i64,
+    }
+}
+
+impl TemplateRow {
+    pub(crate) fn from_domain(template: &Template) -> StoreResult<Self> {
+        Ok(TemplateRow {
+            name: template.name.clone(),
+            image: template.image.clone(),
+            memory_mb: i64::from(template.memory_mb),
+            vcpus: i64::from(template.vcpus),
+            // GoDuration never exceeds i64::MAX nanoseconds.
+            ttl_nanos: i64::try_from(template.ttl.as_std().as_nanos()).unwrap_or(i64::MAX),
+            provider: template.provider.clone(),
+            metadata: encode_map(&template.metadata)?,
+            created_at: micros(template.created_at),
+            updated_at: micros(template.updated_at),
+        })
+    }
+
+    pub(crate) fn into_domain(self) -> StoreResult<Template> {
+        const E: &str = "template";
+        let key = self.name.clone();
+        Ok(Template {
+            image: self.image,
+            memory_mb: as_u32(E, &key, self.memory_mb)?,
+            vcpus: as_u32(E, &key, self.vcpus)?,
+            ttl: GoDuration::new(Duration::from_nanos(
+                u64::try_from(self.ttl_nanos).unwrap_or(0),
+            )),
+            provider: self.provider,
+            metadata: json_map(E, &key, &self.metadata)?,
+            created_at: timestamp(E, &key, self.created_at)?,
+            updated_at: timestamp(E, &key, self.updated_at)?,
+            name: self.name,
+        })
+    }
+}

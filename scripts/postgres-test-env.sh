@@ -1,0 +1,52 @@
+# Sourced by scripts/test.sh: makes sure a PostgreSQL server answers on this machine and
+# exports SVC_TEST_POSTGRES_DSN naming a fresh, empty database for this run.
+#
+# Machines of this kind have PostgreSQL 15 installed with its cluster stopped; the cluster is
+# started with pg_ctlcluster. When no PostgreSQL is installed, Debian's package is.
+
+SVC_PG_ROLE="${SVC_PG_ROLE:-svc_test}"
+SVC_PG_PASSWORD="${SVC_PG_PASSWORD:-svc_test}"
+
+pg_answers() {
+    su postgres -c "psql -qAtc 'SELECT 1'" >/dev/null 2>&1
+}
+
+ensure_postgres() {
+    if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+        say "installing PostgreSQL (Debian package postgresql)"
+        apt_install postgresql || die "apt-get install postgresql failed"
+    fi
+    if ! pg_answers; then
+        local cluster
+        cluster="$(pg_lsclusters -h 2>/dev/null | awk 'NR==1 {print $1" "$2}')"
+        [ -n "$cluster" ] || die "no PostgreSQL cluster exists (pg_lsclusters lists none)"
+        say "starting PostgreSQL cluster $cluster"
+        # shellcheck disable=SC2086
+        pg_ctlcluster $cluster start || die "pg_ctlcluster $cluster start failed; see /var/log/postgresql/"
+        local deadline=$((SECONDS + 60))
+        until pg_answers; do
+            [ "$SECONDS" -lt "$deadline" ] || die "PostgreSQL did not answer within 60 s after starting"
+            sleep 0.5
+        done
+    fi
+    local port
+    port="$(su postgres -c "psql -qAtc 'SHOW port'")" || die "cannot read PostgreSQL's port"
+    su postgres -c "psql -qAtc \"SELECT 1 FROM pg_roles WHERE rolname = '$SVC_PG_ROLE'\"" | grep -q 1 \
+        || su postgres -c "psql -qc \"CREATE ROLE $SVC_PG_ROLE LOGIN CREATEDB PASSWORD '$SVC_PG_PASSWORD'\"" >/dev/null \
+        || die "cannot create the PostgreSQL role $SVC_PG_ROLE"
+    local database="svc_test_$(date +%s)_$$"
+    su postgres -c "createdb -O $SVC_PG_ROLE $database" || die "cannot create the database $database"
+    # Databases of runs that started over six hours ago are dropped; younger ones may belong to a
+    # run still going.
+    local cutoff=$(( $(date +%s) - 6 * 3600 ))
+    su postgres -c "psql -qAtc \"SELECT datname FROM pg_database WHERE datname LIKE 'svc_test_%'\"" \
+        | while read -r old; do
+            local started="${old#svc_test_}"
+            started="${started%%_*}"
+            if [ "$started" -lt "$cutoff" ] 2>/dev/null; then
+                su postgres -c "dropdb --if-exists '$old'" >/dev/null 2>&1 || true
+            fi
+        done
+    export SVC_TEST_POSTGRES_DSN="postgres://$SVC_PG_ROLE:$SVC_PG_PASSWORD@127.0.0.1:$port/$database"
+    say "PostgreSQL ready: database $database on port $port"
+}
