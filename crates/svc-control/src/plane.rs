@@ -26,6 +26,8 @@ pub struct ControlPlaneParts {
     pub authenticator: Authenticator,
     /// The store's installation ID (labels every runtime).
     pub installation_id: String,
+    /// The event log shared with other replicas (PostgreSQL), if any.
+    pub event_log: Option<Arc<dyn svc_store::EventLog>>,
 }
 
 pub(crate) struct Inner {
@@ -42,6 +44,7 @@ pub(crate) struct Inner {
     rate_limiter: Arc<crate::ratelimit::RateLimiter>,
     pub(crate) hostname: String,
     pub(crate) installation_id: String,
+    event_log: Option<Arc<dyn svc_store::EventLog>>,
     pub(crate) worker_tokens: crate::identity::WorkerTokens,
     pub(crate) held_leases: crate::held_leases::HeldLeases,
     started: Instant,
@@ -81,6 +84,7 @@ impl ControlPlane {
                 rate_limiter,
                 hostname: crate::workers::host_name(),
                 installation_id: parts.installation_id,
+                event_log: parts.event_log,
                 worker_tokens,
                 held_leases: crate::held_leases::HeldLeases::default(),
                 started: Instant::now(),
@@ -167,6 +171,13 @@ impl ControlPlane {
             tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
             tokio::spawn(crate::reconcile::run(self.clone(), cancel.clone())),
         ];
+        if let Some(log) = &self.inner.event_log {
+            loops.push(tokio::spawn(crate::events::relay::run(
+                self.clone(),
+                Arc::clone(log),
+                cancel.clone(),
+            )));
+        }
         if let Some(oidc) = self.oidc().filter(|oidc| oidc.uses_jwks()) {
             loops.push(tokio::spawn(crate::identity::refresh_keys(
                 Arc::clone(oidc),
@@ -204,6 +215,7 @@ impl ControlPlane {
             clock,
             authenticator: Authenticator::Open,
             installation_id: "test-installation".to_owned(),
+            event_log: None,
         })
     }
 }

@@ -47,6 +47,35 @@ impl EndedState {
 /// Result alias for store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Events shared by the replicas of one database (PostgreSQL; decisions §12): each replica
+/// appends the events it publishes and reads the others'. A notification wakes readers; the
+/// rows are the truth, so a reader that was away catches up from them.
+#[async_trait]
+pub trait EventLog: Send + Sync + 'static {
+    /// Appends `(event ID, payload)` pairs published by `instance`, in order, and notifies the
+    /// other replicas. An ID already appended is skipped.
+    async fn append_events(&self, instance: &str, events: &[(String, String)]) -> StoreResult<()>;
+
+    /// Rows after `after` published by instances other than `instance`, oldest first, at most
+    /// `limit`: `(seq, payload)`.
+    async fn events_after(
+        &self,
+        instance: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, String)>>;
+
+    /// The highest row number now (0 when empty): where a new reader starts.
+    async fn last_event_seq(&self) -> StoreResult<i64>;
+
+    /// Returns when another instance than `instance` appended events, or after `timeout`
+    /// (whichever comes first; also after the listener reconnected, so the reader catches up).
+    async fn wait_for_events(&self, instance: &str, timeout: Duration);
+
+    /// Deletes rows appended before `before`; how many.
+    async fn prune_events(&self, before: Timestamp) -> StoreResult<u64>;
+}
+
 /// Every piece of durable state, as domain operations.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {

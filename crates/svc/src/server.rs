@@ -58,8 +58,9 @@ pub async fn start_with_clock(
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<RunningServer> {
     let config = Arc::new(config);
-    let store = wiring::open_store(&config).await?;
-    let plane = match wiring::control_plane(Arc::clone(&config), Arc::clone(&store), clock).await {
+    let opened = wiring::open_store(&config).await?;
+    let store = Arc::clone(&opened.store);
+    let plane = match wiring::control_plane(Arc::clone(&config), &opened, clock).await {
         Ok(plane) => plane,
         Err(err) => {
             store.close().await;

@@ -11,20 +11,42 @@ use svc_core::Clock;
 use svc_provider::docker::DockerProvider;
 use svc_provider::mock::MockProvider;
 use svc_provider::Provider;
+use svc_store::postgres::PgStore;
 use svc_store::sqlite::SqliteStore;
-use svc_store::Store;
+use svc_store::{EventLog, Store};
+
+/// The store, and with PostgreSQL the event log the replicas share.
+pub(crate) struct OpenedStore {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) event_log: Option<Arc<dyn EventLog>>,
+}
+
+/// Connections a PostgreSQL store keeps at most.
+const POSTGRES_POOL_SIZE: usize = 16;
 
 /// Opens the configured store and runs its migrations.
-pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+pub(crate) async fn open_store(config: &Config) -> anyhow::Result<OpenedStore> {
     match config.database.driver {
         DatabaseDriver::Sqlite => {
             let store = SqliteStore::open(&config.database.path)
                 .await
                 .with_context(|| format!("opening sqlite database {:?}", config.database.path))?;
-            Ok(Arc::new(store))
+            Ok(OpenedStore {
+                store: Arc::new(store),
+                event_log: None,
+            })
         }
         DatabaseDriver::Postgres => {
-            bail!("database.driver: postgres is not available in this build yet; use sqlite")
+            // The DSN may hold a password: it is never part of a message.
+            let store = Arc::new(
+                PgStore::connect(config.database.dsn.expose(), POSTGRES_POOL_SIZE)
+                    .await
+                    .context("opening the postgres database (database.dsn)")?,
+            );
+            Ok(OpenedStore {
+                event_log: Some(Arc::clone(&store) as Arc<dyn EventLog>),
+                store,
+            })
         }
     }
 }
@@ -119,9 +141,10 @@ pub(crate) async fn providers(
 /// The control plane over an opened store.
 pub(crate) async fn control_plane(
     config: Arc<Config>,
-    store: Arc<dyn Store>,
+    opened: &OpenedStore,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ControlPlane> {
+    let store = Arc::clone(&opened.store);
     let authenticator = Authenticator::from_config(&config.auth)?;
     let retired = retired_providers(&config, store.as_ref()).await?;
     let providers = Arc::new(
@@ -140,5 +163,6 @@ pub(crate) async fn control_plane(
         clock,
         authenticator,
         installation_id,
+        event_log: opened.event_log.clone(),
     }))
 }

@@ -4,6 +4,7 @@
 
 mod bus;
 mod filter;
+pub(crate) mod relay;
 
 pub use bus::{EventBus, EventStats, Subscription};
 pub use filter::EventFilter;

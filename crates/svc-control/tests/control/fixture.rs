@@ -559,6 +559,7 @@ impl Fixture {
             clock,
             authenticator: Authenticator::Open,
             installation_id: "fixture".to_owned(),
+            event_log: None,
         })
     }
 

@@ -7,6 +7,7 @@
 
 mod audit;
 mod codec;
+mod events;
 mod migrate;
 mod pool;
 mod quotas;
@@ -37,6 +38,10 @@ use codec::{backend, count_at, execute, fetch_all, fetch_opt, insert, params, qu
 /// A store in a PostgreSQL database (or one schema of it).
 pub struct PgStore {
     pool: Pool,
+    /// The connection settings, for the event listener's own connection.
+    settings: tokio_postgres::Config,
+    /// Wakes the event reader; the listener behind it starts with the first wait.
+    listener: std::sync::OnceLock<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 impl PgStore {
@@ -65,8 +70,11 @@ impl PgStore {
     }
 
     async fn open(dsn: &str, schema: Option<&str>, pool_size: usize) -> StoreResult<Self> {
+        let settings = pool::settings(dsn, schema)?;
         let store = PgStore {
-            pool: pool::open(dsn, schema, pool_size)?,
+            pool: pool::open(settings.clone(), pool_size)?,
+            settings,
+            listener: std::sync::OnceLock::new(),
         };
         let mut client = store.client("migrate").await?;
         migrate::run(&mut client, schema).await?;

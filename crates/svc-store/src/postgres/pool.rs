@@ -28,9 +28,9 @@ pub(super) fn valid_schema(schema: &str) -> bool {
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// The pool for `dsn` (a `postgres://` URL or `key=value` pairs), each connection confined to
-/// `schema` when one is given. Nothing connects yet.
-pub(super) fn open(dsn: &str, schema: Option<&str>, pool_size: usize) -> StoreResult<Pool> {
+/// The connection settings of `dsn` (a `postgres://` URL or `key=value` pairs), confined to
+/// `schema` when one is given.
+pub(super) fn settings(dsn: &str, schema: Option<&str>) -> StoreResult<tokio_postgres::Config> {
     let mut config: tokio_postgres::Config = dsn.parse().map_err(|err| StoreError::Backend {
         // The parser's errors name options, never their values.
         operation: "parse the postgres connection string",
@@ -47,6 +47,24 @@ pub(super) fn open(dsn: &str, schema: Option<&str>, pool_size: usize) -> StoreRe
         };
         config.options(options);
     }
+    Ok(config)
+}
+
+/// A connection outside the pool (the event listener's), with the transport [`open`] uses.
+pub(super) async fn connect_one(
+    config: &tokio_postgres::Config,
+) -> Result<
+    (
+        tokio_postgres::Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    tokio_postgres::Error,
+> {
+    config.connect(NoTls).await
+}
+
+/// The pool for `config`. Nothing connects yet.
+pub(super) fn open(config: tokio_postgres::Config, pool_size: usize) -> StoreResult<Pool> {
     // Fast recycling: a connection the server closed is noticed by its client and dropped; one
     // that broke silently fails its next statement as unavailable and is dropped then.
     let manager = Manager::from_config(

@@ -24,6 +24,7 @@ mod queue;
 mod quotas;
 mod ratelimit;
 mod reconcile;
+mod replicas;
 mod system;
 mod templates;
 mod tenancy;
