@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use svc_core::event::Event;
+use svc_core::event::{Event, EventType};
 use svc_store::EventLog;
 use tokio_util::sync::CancellationToken;
 
@@ -62,6 +62,18 @@ impl Seen {
         self.order.push_back(seq);
         true
     }
+}
+
+/// Whether another replica's event may have made room for a queued spawn here: a sandbox
+/// ended, or a quota changed.
+fn frees_capacity(event_type: EventType) -> bool {
+    matches!(
+        event_type,
+        EventType::SandboxDestroyed
+            | EventType::SandboxError
+            | EventType::QuotaSaved
+            | EventType::QuotaDeleted
+    )
 }
 
 /// Runs both directions until `cancel`.
@@ -164,7 +176,12 @@ async fn read(plane: ControlPlane, log: Arc<dyn EventLog>, cancel: CancellationT
                     Ok(relayed) => {
                         let mut event = relayed.event;
                         event.tenant_id = relayed.tenant_id;
+                        let frees_capacity = frees_capacity(event.event_type);
                         plane.events().deliver_foreign(event);
+                        if frees_capacity {
+                            // Capacity freed by another replica: waiters here try again.
+                            plane.spawn_queue().capacity_changed();
+                        }
                     }
                     Err(err) => {
                         tracing::warn!(seq, error = %err, "skipping an unreadable relayed event");

@@ -90,3 +90,165 @@ pub(super) async fn run(client: &mut Client, schema: Option<&str>) -> StoreResul
     }
     Ok(())
 }
+
+/// What `svc db pg-rehearse` found (decisions §16).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rehearsal {
+    /// The database's schema version (0: never migrated).
+    pub current_version: i64,
+    /// The newest version this binary knows.
+    pub latest_version: i64,
+    /// Tables and columns the migrations up to `current_version` create that are missing
+    /// (`table events`, `column sandboxes.tenant_id`).
+    pub missing: Vec<String>,
+}
+
+impl Rehearsal {
+    /// True when starting this binary on the database would work (pending migrations apply on
+    /// start; a newer schema or a damaged one would not).
+    pub fn passes(&self) -> bool {
+        self.current_version <= self.latest_version && self.missing.is_empty()
+    }
+}
+
+/// The tables and columns `sql` creates: `CREATE TABLE name (` blocks (one column per line,
+/// constraint lines aside) and `ALTER TABLE name ADD COLUMN col`. Our migrations are written so.
+fn created_columns(sql: &str) -> Vec<(String, Vec<String>)> {
+    const CONSTRAINTS: [&str; 6] = [
+        "PRIMARY",
+        "UNIQUE",
+        "CHECK",
+        "FOREIGN",
+        "CONSTRAINT",
+        "EXCLUDE",
+    ];
+    let mut tables: Vec<(String, Vec<String>)> = Vec::new();
+    let mut current: Option<usize> = None;
+    for line in sql
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or("").trim())
+    {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let ["CREATE", "TABLE", rest @ ..] = words.as_slice() {
+            let name = rest
+                .iter()
+                .find(|w| !matches!(**w, "IF" | "NOT" | "EXISTS"))
+                .map(|w| w.trim_end_matches('(').to_owned())
+                .unwrap_or_default();
+            tables.push((name, Vec::new()));
+            current = Some(tables.len() - 1);
+        } else if let ["ALTER", "TABLE", table, "ADD", "COLUMN", column, ..] = words.as_slice() {
+            let column = (*column).to_owned();
+            match tables.iter_mut().find(|(t, _)| t == table) {
+                Some((_, columns)) => columns.push(column),
+                None => tables.push(((*table).to_owned(), vec![column])),
+            }
+        } else if let Some(index) = current {
+            if line.starts_with(')') {
+                current = None;
+            } else if let Some(first) = words.first() {
+                if !CONSTRAINTS.contains(first) {
+                    tables[index].1.push(first.trim_end_matches(',').to_owned());
+                }
+            }
+        }
+    }
+    tables
+}
+
+/// Checks the database at `dsn` against this binary's migrations without writing anything.
+pub async fn rehearse(dsn: &str) -> StoreResult<Rehearsal> {
+    const OP: &str = "rehearse";
+    let settings = super::pool::settings(dsn, None)?;
+    let (client, connection) = super::pool::connect_one(&settings)
+        .await
+        .map_err(backend(OP))?;
+    let driver = tokio::spawn(connection);
+    let result = async {
+        let has_migrations: bool = client
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(backend(OP))?;
+        let current_version: i64 = if has_migrations {
+            client
+                .query_one(
+                    "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                    &[],
+                )
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(backend(OP))?
+        } else {
+            0
+        };
+        let existing = client
+            .query(
+                "SELECT table_name::text, column_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema()",
+                &[],
+            )
+            .await
+            .map_err(backend(OP))?;
+        let have = |table: &str, column: Option<&str>| {
+            existing.iter().any(|row| {
+                row.get::<_, String>(0) == table
+                    && column.is_none_or(|c| row.get::<_, String>(1) == c)
+            })
+        };
+        let mut missing = Vec::new();
+        for (_, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= current_version) {
+            for (table, columns) in created_columns(sql) {
+                if !have(&table, None) {
+                    missing.push(format!("table {table}"));
+                    continue;
+                }
+                for column in columns {
+                    if !have(&table, Some(&column)) {
+                        missing.push(format!("column {table}.{column}"));
+                    }
+                }
+            }
+        }
+        Ok(Rehearsal {
+            current_version,
+            latest_version: latest_version(),
+            missing,
+        })
+    }
+    .await;
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+#[cfg(test)]
+mod rehearsal_tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_names_every_table_and_column() {
+        let tables = created_columns(MIGRATIONS[0].1);
+        let names: Vec<&str> = tables.iter().map(|(t, _)| t.as_str()).collect();
+        for table in [
+            "sandboxes",
+            "templates",
+            "owner_quotas",
+            "workers",
+            "leases",
+            "tenants",
+            "audit_log",
+            "events",
+        ] {
+            assert!(names.contains(&table), "{table} not in {names:?}");
+        }
+        let sandboxes = &tables.iter().find(|(t, _)| t == "sandboxes").unwrap().1;
+        for column in ["id", "state", "tenant_id", "owner_id", "expires_at"] {
+            assert!(
+                sandboxes.iter().any(|c| c == column),
+                "{column} not in {sandboxes:?}"
+            );
+        }
+        assert!(!sandboxes.iter().any(|c| c == "PRIMARY" || c == "CHECK"));
+    }
+}

@@ -14,6 +14,8 @@ mod quotas;
 mod tenants;
 mod workers;
 
+pub use migrate::{rehearse, Rehearsal};
+
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 

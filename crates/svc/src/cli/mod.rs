@@ -1,6 +1,7 @@
 //! The command line (decisions §16): `serve`, `openapi`, `config lint`.
 
 mod config;
+mod db;
 mod openapi;
 mod serve;
 mod worker;
@@ -39,6 +40,29 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Database tools (PostgreSQL).
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DbCommand {
+    /// Writes a consistent snapshot of the database to OUTPUT (pg_dump, custom format).
+    PgBackup {
+        /// The backup file; never overwritten.
+        output: PathBuf,
+        /// Configuration file (default: ./svc.yaml when present).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Checks the database against this binary's migrations without writing anything.
+    PgRehearse {
+        /// Configuration file (default: ./svc.yaml when present).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,5 +88,11 @@ pub fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Lint { config, production },
         } => config::lint(config.as_deref(), production),
+        Command::Db {
+            command: DbCommand::PgBackup { output, config },
+        } => db::backup(config.as_deref(), &output),
+        Command::Db {
+            command: DbCommand::PgRehearse { config },
+        } => db::rehearse(config.as_deref()),
     }
 }

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-fn svc() -> Command {
+pub(crate) fn svc() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_svc"));
     // The developer's own SVC_ variables must not leak into these runs.
     for (key, _) in std::env::vars() {

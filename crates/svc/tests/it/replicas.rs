@@ -147,3 +147,203 @@ async fn every_replica_delivers_each_event_exactly_once() {
     }
     drop(schema);
 }
+
+/// Three replicas started on a fresh schema, each configured by `adjust` too.
+async fn three_replicas(
+    schema: &Schema,
+    adjust: impl Fn(&mut Config) + Copy,
+) -> Vec<std::sync::Arc<TestServer>> {
+    let dsn = schema.dsn();
+    let mut replicas = Vec::new();
+    for worker in ["a", "b", "c"] {
+        let server = TestServer::start_with(|c| {
+            replica(c, &dsn, worker);
+            adjust(c);
+        })
+        .await;
+        replicas.push(std::sync::Arc::new(server));
+    }
+    replicas
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_spawns_over_three_replicas_never_over_admit() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    let replicas = three_replicas(&schema, |c| {
+        c.defaults.max_sandboxes = 20;
+        c.defaults.max_sandboxes_per_owner = 0;
+    })
+    .await;
+    let spawns: Vec<_> = (0..300)
+        .map(|n| {
+            let server = std::sync::Arc::clone(&replicas[n % 3]);
+            tokio::spawn(async move { server.post("/sandboxes", json!({})).await.status.as_u16() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for spawn in spawns {
+        match spawn.await.unwrap() {
+            201 => admitted += 1,
+            429 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(
+        admitted, 20,
+        "the replicas together admitted {admitted} of max_sandboxes 20"
+    );
+    for server in &replicas {
+        let active = server.get("/diagnostics").await.body["sandboxes"]["active"].clone();
+        assert_eq!(active, 20);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_freed_on_one_replica_wakes_a_spawn_queued_on_another() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    let replicas = three_replicas(&schema, |c| {
+        c.defaults.max_sandboxes = 1;
+        c.defaults.spawn_overflow = svc_core::config::SpawnOverflow::Queue;
+        c.defaults.spawn_queue_timeout = svc_core::GoDuration::from_secs(30);
+    })
+    .await;
+    let holder = replicas[0].spawn(json!({})).await;
+    let holder_id = holder["id"].as_str().unwrap().to_owned();
+    let mut queued_events = replicas[1].events("?types=spawn.queued", None).await;
+    let waiting = {
+        let server = std::sync::Arc::clone(&replicas[1]);
+        tokio::spawn(async move { server.post("/sandboxes", json!({})).await })
+    };
+    assert!(
+        queued_events.next(Duration::from_secs(10)).await.is_some(),
+        "the spawn on b did not queue"
+    );
+    let freed = std::time::Instant::now();
+    assert_eq!(
+        replicas[0]
+            .delete(&format!("/sandboxes/{holder_id}"))
+            .await
+            .status,
+        200
+    );
+    let answered = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the queued spawn on b was woken")
+        .unwrap();
+    assert_eq!(answered.status, 201, "{}", answered.body);
+    // Woken by the relayed event (or the queue head's re-check each second), not by its 30 s timeout.
+    assert!(
+        freed.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        freed.elapsed()
+    );
+}
+
+/// `svc db ...` with the server's settings in the environment; (exit code, stdout, stderr).
+fn db_command(args: &[&str], env: &[(&str, &str)], dir: &std::path::Path) -> (i32, String, String) {
+    let mut command = crate::cli::svc();
+    command.arg("db").args(args).current_dir(dir);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_backup_and_rehearse() {
+    let dir = tempfile::tempdir().unwrap();
+    // Refused, with the reason, on SQLite.
+    let (code, _, stderr) = db_command(&["pg-rehearse"], &[], dir.path());
+    assert_eq!(code, 1);
+    assert!(stderr.contains("database.driver"), "{stderr}");
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    let dsn = schema.dsn();
+    let store = svc_store::postgres::PgStore::connect(&dsn, 2)
+        .await
+        .unwrap();
+    svc_store::Store::close(&store).await;
+    let env = [
+        ("SVC_DATABASE__DRIVER", "postgres"),
+        ("SVC_DATABASE__DSN", dsn.as_str()),
+    ];
+
+    let (code, stdout, stderr) = db_command(&["pg-rehearse"], &env, dir.path());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("ok: the schema is current"), "{stdout}");
+
+    let backup = dir.path().join("svc.dump");
+    let backup_arg = backup.to_str().unwrap();
+    let (code, stdout, stderr) = db_command(&["pg-backup", backup_arg], &env, dir.path());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let listing = std::process::Command::new("pg_restore")
+        .arg("--list")
+        .arg(&backup)
+        .output()
+        .expect("pg_restore runs");
+    assert!(listing.status.success());
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    for table in ["sandboxes", "leases", "events", "schema_migrations"] {
+        assert!(
+            listing.contains(&format!("TABLE {} {table}", schema.name)),
+            "{table}: {listing}"
+        );
+    }
+    // Never overwrites.
+    let (code, _, stderr) = db_command(&["pg-backup", backup_arg], &env, dir.path());
+    assert_eq!(code, 1);
+    assert!(stderr.contains("never overwrites"), "{stderr}");
+    // A wrong password fails without showing it; a missing pg_dump is named.
+    let wrong = dsn.replacen(
+        &format!(
+            ":{}@",
+            dsn.split(':').nth(2).unwrap().split('@').next().unwrap()
+        ),
+        ":not-the-password-7f2c@",
+        1,
+    );
+    assert!(wrong.contains("not-the-password-7f2c"));
+    let other = dir.path().join("other.dump");
+    let (code, _, stderr) = db_command(
+        &["pg-backup", other.to_str().unwrap()],
+        &[
+            ("SVC_DATABASE__DRIVER", "postgres"),
+            ("SVC_DATABASE__DSN", wrong.as_str()),
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 1);
+    assert!(!stderr.contains("not-the-password-7f2c"), "{stderr}");
+    assert!(!other.exists());
+    let (code, _, stderr) = db_command(
+        &["pg-backup", other.to_str().unwrap()],
+        &[env[0], env[1], ("PATH", "/nonexistent")],
+        dir.path(),
+    );
+    assert_eq!(code, 1);
+    assert!(stderr.contains("pg_dump is not installed"), "{stderr}");
+
+    // A database missing a table fails the rehearsal, naming it.
+    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client.batch_execute("DROP TABLE events").await.unwrap();
+    let (code, stdout, stderr) = db_command(&["pg-rehearse"], &env, dir.path());
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("missing: table events"), "{stdout}");
+    assert!(stderr.contains("an upgrade would fail"), "{stderr}");
+}
