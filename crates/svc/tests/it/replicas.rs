@@ -347,3 +347,96 @@ async fn pg_backup_and_rehearse() {
     assert!(stdout.contains("missing: table events"), "{stdout}");
     assert!(stderr.contains("an upgrade would fail"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_wrong_dsn_password_is_never_shown() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let password = dsn
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('@')
+        .next()
+        .unwrap()
+        .to_owned();
+    let wrong = dsn.replacen(&format!(":{password}@"), ":wrong-pass-51e9@", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.providers.mock.root_dir = dir.path().join("mock");
+    config.providers.docker.enabled = false;
+    replica(&mut config, &wrong, "a");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let Err(err) = svc::start(config, listener).await else {
+        panic!("started with a wrong password");
+    };
+    let message = format!("{err:#} {err:?}");
+    assert!(message.contains("database.dsn"), "{message}");
+    assert!(!message.contains("wrong-pass-51e9"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_recover_when_their_connections_are_cut() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    // Every connection of this test's replicas carries the schema's name, so the test can cut
+    // exactly those, as a database restart would.
+    let tagged = format!("{}&application_name={}", schema.dsn(), schema.name);
+    let mut replicas = Vec::new();
+    for worker in ["a", "b"] {
+        replicas.push(TestServer::start_with(|c| replica(c, &tagged, worker)).await);
+    }
+    let mut streams = Vec::new();
+    for server in &replicas {
+        streams.push(server.events("?types=sandbox.created", None).await);
+    }
+    let first = replicas[0].spawn(json!({})).await;
+    for stream in &mut streams {
+        let message = stream
+            .next(Duration::from_secs(10))
+            .await
+            .expect("first event");
+        assert_eq!(message.data["sandbox_id"], first["id"]);
+    }
+    let (admin, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let cut: i64 = admin
+        .query_one(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&schema.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(cut >= 2, "the replicas' connections ({cut}) were cut");
+    // The next requests may meet dead pooled connections: the pool drops them and the store
+    // answers again within a few tries.
+    let mut second = None;
+    for _ in 0..20 {
+        let reply = replicas[1].post("/sandboxes", json!({})).await;
+        if reply.status == 201 {
+            second = Some(reply.body);
+            break;
+        }
+        assert_eq!(reply.status, 503, "{}", reply.body);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let second = second.expect("replica b serves again after its connections were cut");
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let message = stream
+            .next(Duration::from_secs(15))
+            .await
+            .unwrap_or_else(|| panic!("replica {i} never got the event after the cut"));
+        assert_eq!(message.data["sandbox_id"], second["id"], "replica {i}");
+    }
+    for (i, stream) in streams.iter_mut().enumerate() {
+        if let Some(extra) = stream.next(Duration::from_millis(1500)).await {
+            panic!("replica {i} got an event twice: {:?}", extra.data);
+        }
+    }
+}
