@@ -440,3 +440,100 @@ async fn replicas_recover_when_their_connections_are_cut() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_lease_expires_and_another_takes_over() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    let dsn = schema.dsn();
+    // Both replicas share one directory, so one's mock runtimes are the other's too (like two
+    // replicas on one Docker engine).
+    let dir = tempfile::tempdir().unwrap();
+    let start = |worker: &str| {
+        let port = crate::cli::free_port();
+        let child = crate::cli::serve_in(dir.path(), port)
+            .env("SVC_DATABASE__DRIVER", "postgres")
+            .env("SVC_DATABASE__DSN", &dsn)
+            .env("SVC_WORKER__ID", worker)
+            .env("SVC_WORKER__LEASE_TTL", "2s")
+            .env("SVC_WORKER__HEARTBEAT_INTERVAL", "1s")
+            .env("SVC_WORKER__STALE_AFTER", "2s")
+            .spawn()
+            .unwrap();
+        crate::cli::wait_until_serving(port);
+        (child, format!("http://127.0.0.1:{port}/api/v1"))
+    };
+    let (mut a, a_url) = start("a");
+    let (b, b_url) = start("b");
+    let client = reqwest::Client::new();
+    let spawned: serde_json::Value = client
+        .post(format!("{a_url}/sandboxes"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = spawned["id"].as_str().unwrap().to_owned();
+    assert!(dir.path().join("mock").join(&id).exists(), "A made the runtime");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    // B keeps serving; while A's lease lasts, A's sandbox is not B's to destroy.
+    let got = client
+        .get(format!("{b_url}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let early = client
+        .delete(format!("{b_url}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    let status = early.status().as_u16();
+    if status == 409 {
+        let body: serde_json::Value = early.json().await.unwrap();
+        assert_eq!(body["code"], "lease_conflict", "{body}");
+    } else {
+        panic!("destroy during A's lease answered {status}");
+    }
+    // After the lease expired, B takes it over and the sandbox goes, runtime included.
+    crate::harness::wait_for("A's lease to expire", Duration::from_secs(15), || {
+        let (client, url) = (client.clone(), format!("{b_url}/sandboxes/{id}"));
+        async move { client.delete(url).send().await.unwrap().status() == 200 }
+    })
+    .await;
+    let ended: serde_json::Value = client
+        .get(format!("{b_url}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ended["state"], "destroyed", "{ended}");
+    assert!(
+        !dir.path().join("mock").join(&id).exists(),
+        "the runtime was removed"
+    );
+    // And A shows as stale.
+    crate::harness::wait_for("A to go stale", Duration::from_secs(15), || {
+        let (client, url) = (client.clone(), format!("{b_url}/workers/a"));
+        async move {
+            let worker: serde_json::Value =
+                client.get(url).send().await.unwrap().json().await.unwrap();
+            worker["stale"] == true
+        }
+    })
+    .await;
+    let output = crate::cli::stop(b);
+    let log = String::from_utf8_lossy(&output.stderr);
+    let password = dsn.split(':').nth(2).unwrap().split('@').next().unwrap();
+    assert!(
+        !log.contains(&format!(":{password}@")),
+        "the DSN reached the log"
+    );
+}
