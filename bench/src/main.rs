@@ -12,6 +12,7 @@ mod identity;
 mod leases;
 mod load;
 mod observe;
+mod replicas;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +55,8 @@ enum Scenario {
     ScrapePoll(observe::PollArgs),
     /// Spawns `--sandboxes` mock sandboxes, then times `--iterations` scrapes.
     ScrapeLatency(observe::LatencyArgs),
+    /// Spawn on one replica, `sandbox.created` received on another: the relay's latency.
+    EventLatency(replicas::EventLatencyArgs),
 }
 
 #[tokio::main]
@@ -73,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::MintToken(mint) => identity::mint(&mint),
         Scenario::ScrapePoll(poll) => observe::poll(&args.url, &poll).await,
         Scenario::ScrapeLatency(latency) => observe::latency(&args.url, &latency).await,
+        Scenario::EventLatency(latency) => replicas::event_latency(&latency).await,
     }
 }
 

@@ -478,7 +478,10 @@ async fn a_killed_replicas_lease_expires_and_another_takes_over() {
         .await
         .unwrap();
     let id = spawned["id"].as_str().unwrap().to_owned();
-    assert!(dir.path().join("mock").join(&id).exists(), "A made the runtime");
+    assert!(
+        dir.path().join("mock").join(&id).exists(),
+        "A made the runtime"
+    );
     a.kill().unwrap();
     a.wait().unwrap();
     // B keeps serving; while A's lease lasts, A's sandbox is not B's to destroy.
