@@ -56,14 +56,14 @@ pub trait EventLog: Send + Sync + 'static {
     /// other replicas. An ID already appended is skipped.
     async fn append_events(&self, instance: &str, events: &[(String, String)]) -> StoreResult<()>;
 
-    /// Rows after `after` published by instances other than `instance`, oldest first, at most
-    /// `limit`: `(seq, payload)`.
+    /// Rows after `after`, oldest first, at most `limit`: `(seq, payload)`, the payload left out
+    /// (`None`) for rows `instance` appended itself.
     async fn events_after(
         &self,
         instance: &str,
         after: i64,
         limit: i64,
-    ) -> StoreResult<Vec<(i64, String)>>;
+    ) -> StoreResult<Vec<(i64, Option<String>)>>;
 
     /// The highest row number now (0 when empty): where a new reader starts.
     async fn last_event_seq(&self) -> StoreResult<i64>;

@@ -2,13 +2,15 @@
 //! appends the events it publishes to the shared log (which NOTIFYs the others) and delivers the
 //! other replicas' events to its own subscribers, each exactly once.
 //!
-//! A notification only says "look": the reader queries the log for rows after the last one it
-//! read, so payloads of any size work, and a listener that lost its connection catches up from
-//! the table instead of losing what it missed. Sequence numbers are handed out before commit,
-//! so a row may become visible after a higher one was read: every read goes back a window of
-//! rows and drops the IDs it has already delivered.
+//! A notification only says "look": the reader queries the log for rows after its position, so
+//! payloads of any size work, and a listener that lost its connection catches up from the table
+//! instead of losing what it missed. Sequence numbers are handed out before commit, so a row may
+//! become visible after a higher one was read: the position is the highest number below which
+//! every row was seen (own rows count, without their payload), rows above it already delivered
+//! are remembered, and a gap that stays open for [`GAP_TIMEOUT`] was a transaction that rolled
+//! back.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +23,10 @@ use crate::ControlPlane;
 
 /// How long a reader waits for a notification before looking anyway.
 const POLL_FALLBACK: Duration = Duration::from_secs(2);
-/// Rows re-read behind the last one seen, for rows that committed late.
-const LATE_WINDOW: i64 = 256;
+/// How long a missing row number may stay missing before it counts as rolled back.
+const GAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Rows read at most per look.
 const PAGE: i64 = 1000;
-/// Delivered rows remembered, to drop rows read twice.
-const REMEMBERED: usize = 20_000;
 /// How long rows stay in the log (a replica that was away longer replays from its history only).
 const KEEP: Duration = Duration::from_secs(15 * 60);
 /// Events appended at most per write.
@@ -41,26 +41,55 @@ struct Relayed {
     event: Event,
 }
 
-/// Rows (by sequence number) delivered lately, oldest first out.
-#[derive(Default)]
-struct Seen {
-    seqs: HashSet<i64>,
-    order: VecDeque<i64>,
+/// How far the reader got: every row up to `watermark` was seen; `above` are rows seen beyond
+/// a gap (a row that has not committed yet, or never will).
+struct Position {
+    watermark: i64,
+    above: BTreeSet<i64>,
+    /// Since when the gap just above `watermark` (the value then) has been open.
+    gap: Option<(i64, std::time::Instant)>,
 }
 
-impl Seen {
-    /// True the first time `seq` is offered.
-    fn first(&mut self, seq: i64) -> bool {
-        if !self.seqs.insert(seq) {
-            return false;
+impl Position {
+    fn at(watermark: i64) -> Self {
+        Position {
+            watermark,
+            above: BTreeSet::new(),
+            gap: None,
         }
-        if self.order.len() == REMEMBERED {
-            if let Some(oldest) = self.order.pop_front() {
-                self.seqs.remove(&oldest);
+    }
+
+    /// True the first time row `seq` is offered; marks it seen.
+    fn first(&mut self, seq: i64) -> bool {
+        seq > self.watermark && self.above.insert(seq)
+    }
+
+    /// Moves the watermark over the rows seen contiguously, and over a gap that stayed open
+    /// longer than `gap_timeout`.
+    fn settle(&mut self, now: std::time::Instant, gap_timeout: Duration) {
+        loop {
+            while self.above.remove(&(self.watermark + 1)) {
+                self.watermark += 1;
+            }
+            let Some(&lowest) = self.above.first() else {
+                self.gap = None;
+                return;
+            };
+            match self.gap {
+                Some((at, since)) if at == self.watermark => {
+                    if now.duration_since(since) < gap_timeout {
+                        return;
+                    }
+                    // Rolled back: nothing will ever fill it.
+                    self.watermark = lowest - 1;
+                    self.gap = None;
+                }
+                _ => {
+                    self.gap = Some((self.watermark, now));
+                    return;
+                }
             }
         }
-        self.order.push_back(seq);
-        true
     }
 }
 
@@ -74,6 +103,25 @@ fn frees_capacity(event_type: EventType) -> bool {
             | EventType::QuotaSaved
             | EventType::QuotaDeleted
     )
+}
+
+/// Hands another replica's event to the local bus.
+fn deliver(plane: &ControlPlane, seq: i64, payload: &str) {
+    match serde_json::from_str::<Relayed>(payload) {
+        Ok(relayed) => {
+            let mut event = relayed.event;
+            event.tenant_id = relayed.tenant_id;
+            let frees_capacity = frees_capacity(event.event_type);
+            plane.events().deliver_foreign(event);
+            if frees_capacity {
+                // Capacity freed by another replica: waiters here try again.
+                plane.spawn_queue().capacity_changed();
+            }
+        }
+        Err(err) => {
+            tracing::warn!(seq, error = %err, "skipping an unreadable relayed event");
+        }
+    }
 }
 
 /// Runs both directions until `cancel`.
@@ -131,7 +179,7 @@ async fn write(
 
 async fn read(plane: ControlPlane, log: Arc<dyn EventLog>, cancel: CancellationToken) {
     let instance = plane.events().instance().to_owned();
-    let mut after = loop {
+    let start = loop {
         match log.last_event_seq().await {
             Ok(seq) => break seq,
             Err(err) => {
@@ -143,18 +191,16 @@ async fn read(plane: ControlPlane, log: Arc<dyn EventLog>, cancel: CancellationT
             }
         }
     };
-    let mut seen = Seen::default();
+    let mut position = Position::at(start);
     let mut pruned_at = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = log.wait_for_events(&instance, POLL_FALLBACK) => {}
         }
+        let mut cursor = position.watermark;
         loop {
-            let rows = match log
-                .events_after(&instance, after.saturating_sub(LATE_WINDOW), PAGE)
-                .await
-            {
+            let rows = match log.events_after(&instance, cursor, PAGE).await {
                 Ok(rows) => rows,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading other replicas' events failed; retrying");
@@ -163,35 +209,20 @@ async fn read(plane: ControlPlane, log: Arc<dyn EventLog>, cancel: CancellationT
                 }
             };
             let full = rows.len() as i64 == PAGE;
-            let mut advanced = false;
             for (seq, payload) in rows {
-                if seq > after {
-                    after = seq;
-                    advanced = true;
-                }
-                if !seen.first(seq) {
+                cursor = cursor.max(seq);
+                if !position.first(seq) {
                     continue;
                 }
-                match serde_json::from_str::<Relayed>(&payload) {
-                    Ok(relayed) => {
-                        let mut event = relayed.event;
-                        event.tenant_id = relayed.tenant_id;
-                        let frees_capacity = frees_capacity(event.event_type);
-                        plane.events().deliver_foreign(event);
-                        if frees_capacity {
-                            // Capacity freed by another replica: waiters here try again.
-                            plane.spawn_queue().capacity_changed();
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(seq, error = %err, "skipping an unreadable relayed event");
-                    }
-                }
+                // This replica's own rows come without their payload: they only close gaps.
+                let Some(payload) = payload else { continue };
+                deliver(&plane, seq, &payload);
             }
-            if !(full && advanced) {
+            if !full {
                 break;
             }
         }
+        position.settle(std::time::Instant::now(), GAP_TIMEOUT);
         if pruned_at.elapsed() > KEEP / 3 {
             pruned_at = tokio::time::Instant::now();
             let cutoff = svc_core::clock::sub_duration(plane.clock().now(), KEEP);
@@ -204,17 +235,43 @@ async fn read(plane: ControlPlane, log: Arc<dyn EventLog>, cancel: CancellationT
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]
-    fn a_row_is_delivered_once_and_old_ones_are_forgotten() {
-        let mut seen = Seen::default();
-        assert!(seen.first(-1));
-        assert!(!seen.first(-1));
-        for seq in 0..REMEMBERED as i64 {
-            assert!(seen.first(seq));
-        }
-        assert!(seen.first(-1), "forgotten after REMEMBERED others");
-        assert_eq!(seen.seqs.len(), REMEMBERED);
+    fn rows_are_delivered_once_and_the_watermark_follows_contiguous_rows() {
+        let now = Instant::now();
+        let mut position = Position::at(10);
+        assert!(!position.first(9), "below the start");
+        assert!(position.first(11));
+        assert!(position.first(13));
+        assert!(!position.first(13), "twice");
+        position.settle(now, GAP_TIMEOUT);
+        assert_eq!(position.watermark, 11, "12 is missing");
+        assert!(!position.first(13), "still remembered above the gap");
+        // 12 commits late: delivered, and the watermark closes up.
+        assert!(position.first(12));
+        position.settle(now, GAP_TIMEOUT);
+        assert_eq!(position.watermark, 13);
+        assert!(position.above.is_empty());
+    }
+
+    #[test]
+    fn a_gap_that_stays_open_was_a_rollback() {
+        let start = Instant::now();
+        let mut position = Position::at(0);
+        position.first(2);
+        position.first(3);
+        position.settle(start, GAP_TIMEOUT);
+        assert_eq!(position.watermark, 0);
+        position.settle(start + GAP_TIMEOUT / 2, GAP_TIMEOUT);
+        assert_eq!(position.watermark, 0, "not yet");
+        position.settle(start + GAP_TIMEOUT, GAP_TIMEOUT);
+        assert_eq!(position.watermark, 3, "1 never came");
+        assert!(
+            !position.first(1),
+            "a row below the watermark is not delivered late"
+        );
     }
 }
