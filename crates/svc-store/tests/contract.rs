@@ -714,6 +714,33 @@ async fn concurrent_admission_never_over_admits(store: &dyn Store) {
     assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 5);
 }
 
+/// Only the owner's quota limits: the store must still serialise its admissions.
+async fn concurrent_admission_respects_a_quota_alone(store: &dyn Store) {
+    let limits = QuotaLimits {
+        max_sandboxes: 3,
+        max_ttl: GoDuration::from_secs(0),
+        max_exec_timeout: GoDuration::from_secs(0),
+    };
+    store.put_quota("q", limits, at(0)).await.unwrap();
+    let candidates: Vec<_> = (0..30).map(|i| creating("q", at(i))).collect();
+    let outcomes = futures_join_all(
+        candidates
+            .iter()
+            .map(|sb| store.admit_sandbox(sb, MINUTE, capacity(0, 0), MINUTE)),
+    )
+    .await;
+    assert_eq!(outcomes.iter().filter(|o| o.allowed).count(), 3);
+    // Without any count limit, every admission goes through.
+    let free: Vec<_> = (0..10).map(|i| creating("free", at(100 + i))).collect();
+    let outcomes = futures_join_all(
+        free.iter()
+            .map(|sb| store.admit_sandbox(sb, MINUTE, capacity(0, 0), MINUTE)),
+    )
+    .await;
+    assert!(outcomes.iter().all(|o| o.allowed));
+    assert_eq!(store.count_active_sandboxes(None).await.unwrap(), 13);
+}
+
 fn heartbeat(hostname: &str, providers: &[&str]) -> WorkerHeartbeat {
     WorkerHeartbeat {
         hostname: hostname.to_owned(),
@@ -1498,6 +1525,7 @@ macro_rules! all_cases {
                 concurrent_writes_are_all_kept,
                 admission_counts_and_records_in_one_write,
                 concurrent_admission_never_over_admits,
+                concurrent_admission_respects_a_quota_alone,
                 admission_applies_owner_quotas_in_order,
                 quota_crud,
                 worker_registry,

@@ -224,33 +224,52 @@ impl Store for PgStore {
         let holder = sandbox.worker_id.as_deref().unwrap_or_default();
         let mut client = self.client(OP).await?;
         let tx = client.transaction().await.map_err(backend(OP))?;
-        // The lock first, then every read: each later statement of this (read committed)
-        // transaction sees every admission committed before the lock was granted, and none can
-        // commit until this one ends.
-        execute(&tx, OP, quotas::ADMISSION_LOCK, &[]).await?;
-        let admission = quotas::decide(&tx, OP, &sandbox.owner_id, lifetime, limits, false).await?;
+        let owner = &sandbox.owner_id;
+        // With a count limit, the lock first, then every read: each later statement of this
+        // (read committed) transaction sees every admission committed before the lock was
+        // granted, and none can commit until this one ends. Without one (no global count limit
+        // and, as the read shows, none in the owner's quota) nothing needs serialising, and
+        // replicas admit in parallel.
+        let admission = if limits.max_sandboxes > 0 || limits.max_sandboxes_per_owner > 0 {
+            execute(&tx, OP, quotas::ADMISSION_LOCK, &[]).await?;
+            quotas::decide(&tx, OP, owner, lifetime, limits, false)
+                .await?
+                .0
+        } else {
+            match quotas::decide(&tx, OP, owner, lifetime, limits, false).await? {
+                (admission, false) => admission,
+                (_, true) => {
+                    execute(&tx, OP, quotas::ADMISSION_LOCK, &[]).await?;
+                    quotas::decide(&tx, OP, owner, lifetime, limits, false)
+                        .await?
+                        .0
+                }
+            }
+        };
         if !admission.allowed {
             tx.rollback().await.map_err(backend(OP))?;
             return Ok(admission);
         }
-        // The lease before the record (interface "States and transitions"): a new ID's lease
-        // is free, so this always acquires.
-        if let rows::AcquireRow::Held(_) =
-            workers::acquire(&tx, OP, &row.id, holder, lease_ttl, sandbox.created_at).await?
-        {
+        // The lease and the record, sent together (one round trip while the lock is held). A
+        // new ID's lease is free, so the lease is always acquired.
+        let values = row.values();
+        let sandbox_params = params(&values);
+        let (lease, _) = futures::try_join!(
+            workers::acquire(&tx, OP, &row.id, holder, lease_ttl, sandbox.created_at),
+            insert(
+                &tx,
+                OP,
+                &SANDBOX_SQL.insert,
+                &sandbox_params,
+                ("sandbox", &row.id),
+            ),
+        )?;
+        if let rows::AcquireRow::Held(_) = lease {
             return Err(StoreError::Conflict {
                 entity: "lease",
                 key: row.id.clone(),
             });
         }
-        insert(
-            &tx,
-            OP,
-            &SANDBOX_SQL.insert,
-            &params(&row.values()),
-            ("sandbox", &row.id),
-        )
-        .await?;
         tx.commit().await.map_err(backend(OP))?;
         Ok(admission)
     }
@@ -264,7 +283,11 @@ impl Store for PgStore {
         const OP: &str = "check_admission";
         let client = self.client(OP).await?;
         // One statement, so the quota and both counts come from one snapshot.
-        quotas::decide(&client, OP, owner_id, lifetime, limits, true).await
+        Ok(
+            quotas::decide(&client, OP, owner_id, lifetime, limits, true)
+                .await?
+                .0,
+        )
     }
 
     async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {

@@ -29,7 +29,8 @@ const ADMISSION_READ: &str = "SELECT q.max_sandboxes, q.max_ttl_secs, q.max_exec
      LEFT JOIN owner_quotas AS q ON q.owner_id = $1";
 
 /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, as
-/// the database is now to `client` (a transaction holding the admission lock, for a spawn).
+/// the database is now to `client` (a transaction holding the admission lock, for a spawn), and
+/// whether sandbox counts took part in it (then only the lock keeps it true until commit).
 pub(super) async fn decide<C: GenericClient>(
     client: &C,
     operation: &'static str,
@@ -37,7 +38,7 @@ pub(super) async fn decide<C: GenericClient>(
     lifetime: Duration,
     limits: GlobalLimits,
     report: bool,
-) -> StoreResult<Admission> {
+) -> StoreResult<(Admission, bool)> {
     let row = query_one(client, operation, ADMISSION_READ, &[&owner_id]).await?;
     let stored = |index: usize| {
         row.try_get::<_, Option<i64>>(index)
@@ -53,7 +54,9 @@ pub(super) async fn decide<C: GenericClient>(
         active: count_at(operation, &row, 3)?,
         owner_active: count_at(operation, &row, 4)?,
     };
-    Ok(AdmissionPlan::new(owner_id, limits, quota, report).decide(lifetime, counts))
+    let plan = AdmissionPlan::new(owner_id, limits, quota, report);
+    let (all, own) = plan.counts_needed();
+    Ok((plan.decide(lifetime, counts), all || own))
 }
 
 pub(super) async fn get<C: GenericClient>(
