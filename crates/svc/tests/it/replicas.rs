@@ -442,7 +442,7 @@ async fn replicas_recover_when_their_connections_are_cut() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_replicas_lease_expires_and_another_takes_over() {
+async fn a_killed_replicas_lease_expires_and_one_other_takes_over() {
     let Some(dsn) = postgres_dsn() else {
         return;
     };
@@ -467,6 +467,7 @@ async fn a_killed_replicas_lease_expires_and_another_takes_over() {
     };
     let (mut a, a_url) = start("a");
     let (b, b_url) = start("b");
+    let (c, c_url) = start("c");
     let client = reqwest::Client::new();
     let spawned: serde_json::Value = client
         .post(format!("{a_url}/sandboxes"))
@@ -503,12 +504,45 @@ async fn a_killed_replicas_lease_expires_and_another_takes_over() {
     } else {
         panic!("destroy during A's lease answered {status}");
     }
-    // After the lease expired, B takes it over and the sandbox goes, runtime included.
+    // B's event stream, to count how many times the sandbox ends.
+    let events = client
+        .get(format!("{b_url}/events?types=sandbox.destroyed"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    // After the lease expired, B and C race to take it over: the sandbox goes once, runtime
+    // included.
     crate::harness::wait_for("A's lease to expire", Duration::from_secs(15), || {
-        let (client, url) = (client.clone(), format!("{b_url}/sandboxes/{id}"));
-        async move { client.delete(url).send().await.unwrap().status() == 200 }
+        let client = client.clone();
+        let urls = [
+            format!("{b_url}/sandboxes/{id}"),
+            format!("{c_url}/sandboxes/{id}"),
+        ];
+        async move {
+            let (b, c) = tokio::join!(
+                client.delete(&urls[0]).send(),
+                client.delete(&urls[1]).send()
+            );
+            b.unwrap().status() == 200 || c.unwrap().status() == 200
+        }
     })
     .await;
+    let mut stream = events.bytes_stream();
+    let mut seen = String::new();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(
+        Duration::from_secs(3),
+        futures::StreamExt::next(&mut stream),
+    )
+    .await
+    {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert_eq!(
+        seen.matches(&format!("\"sandbox_id\":\"{id}\"")).count(),
+        1,
+        "the sandbox must end exactly once: {seen}"
+    );
     let ended: serde_json::Value = client
         .get(format!("{b_url}/sandboxes/{id}"))
         .send()
@@ -532,6 +566,7 @@ async fn a_killed_replicas_lease_expires_and_another_takes_over() {
         }
     })
     .await;
+    crate::cli::stop(c);
     let output = crate::cli::stop(b);
     let log = String::from_utf8_lossy(&output.stderr);
     let password = dsn.split(':').nth(2).unwrap().split('@').next().unwrap();
