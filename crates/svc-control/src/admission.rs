@@ -42,21 +42,32 @@ impl ControlPlane {
     pub async fn scheduler_stats(&self) -> Result<SchedulerStats, Error> {
         let now = self.clock().now();
         let window = self.config().worker.stale_after.as_std();
-        let others = self
+        let workers: Vec<svc_core::worker::Worker> = self
             .store()
             .list_workers()
             .await?
             .into_iter()
             .map(|w| w.with_staleness(now, window))
+            .collect();
+        Ok(self.scheduler_stats_of(&workers))
+    }
+
+    /// The scheduler object for `workers` as listed now (staleness set).
+    pub(crate) fn scheduler_stats_of(
+        &self,
+        workers: &[svc_core::worker::Worker],
+    ) -> SchedulerStats {
+        let others = workers
+            .iter()
             .filter(|w| w.id != self.worker_id() && w.status == WorkerStatus::Online && !w.stale)
             .count();
-        Ok(SchedulerStats {
+        SchedulerStats {
             queue: self.spawn_queue().stats(),
             admission_control: "worker_aware_local",
             worker_id: self.worker_id().to_owned(),
             selected_worker_id: self.worker_id().to_owned(),
             eligible_workers: 1 + u64::try_from(others).unwrap_or(0),
-        })
+        }
     }
 
     /// `POST /sandboxes/admission`: the decision a spawn with this body would get now. Validates

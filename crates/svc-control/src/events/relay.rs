@@ -35,10 +35,17 @@ const BATCH: usize = 256;
 const RETRY: Duration = Duration::from_millis(500);
 
 /// An event on the wire between replicas: the event with its tenant (not part of its JSON).
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Relayed {
     tenant_id: Option<String>,
     event: Event,
+}
+
+/// [`Relayed`] as written, borrowing the published event.
+#[derive(Serialize)]
+struct RelayedRef<'a> {
+    tenant_id: Option<&'a str>,
+    event: &'a Event,
 }
 
 /// How far the reader got: every row up to `watermark` was seen; `above` are rows seen beyond
@@ -158,9 +165,9 @@ async fn write(
         let payloads: Vec<(String, String)> = batch
             .drain(..)
             .filter_map(|event| {
-                let payload = serde_json::to_string(&Relayed {
-                    tenant_id: event.tenant_id.clone(),
-                    event: (*event).clone(),
+                let payload = serde_json::to_string(&RelayedRef {
+                    tenant_id: event.tenant_id.as_deref(),
+                    event: &event,
                 })
                 .ok()?;
                 Some((event.id.clone(), payload))

@@ -302,19 +302,20 @@ impl ControlPlane {
         let store = self.store();
         let now = self.clock().now();
         let window = self.config().worker.stale_after.as_std();
-        let (groups, workers, leases, quotas, scheduler, providers, memory) = tokio::join!(
+        let (groups, workers, leases, quotas, providers, memory) = tokio::join!(
             store.sandbox_groups(),
             store.list_workers(),
             store.lease_counts(now),
             store.quota_summary(),
-            self.scheduler_stats(),
             self.providers().summaries(HEALTH_MAX_AGE, false),
             memory(),
         );
-        let workers = workers?
+        let workers: Vec<Worker> = workers?
             .into_iter()
             .map(|w| w.with_staleness(now, window))
             .collect();
+        // The scheduler's eligible workers come from the same listing.
+        let scheduler = self.scheduler_stats_of(&workers);
         Ok(Snapshot {
             memory,
             goroutines: live_tasks(),
@@ -329,7 +330,7 @@ impl ControlPlane {
             workers: WorkerSummary::of(workers),
             leases: leases?,
             events: self.events().stats(),
-            scheduler: scheduler?,
+            scheduler,
             quotas: quotas?,
             rate_limit: self.rate_limiter().stats(),
             operations: self.operations().snapshot(),
