@@ -25,6 +25,7 @@ mod retry;
 mod sandboxes;
 mod spawn;
 mod stats;
+mod takeover;
 mod templates;
 pub mod tenancy;
 mod utf8;

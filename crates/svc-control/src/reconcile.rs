@@ -61,6 +61,8 @@ pub struct ReconcileReport {
     pub swept: usize,
     /// Changes another worker's lease kept us from making.
     pub fenced: usize,
+    /// Dead workers' sandboxes this worker took over (`takeover.rs`).
+    pub taken_over: usize,
 }
 
 impl ControlPlane {
@@ -158,7 +160,11 @@ impl ControlPlane {
     }
 
     /// Takes the lease of `id` for this worker; false (counted as fenced) when another holds it.
-    async fn lease_for_reconcile(&self, id: &SandboxId, report: &mut ReconcileReport) -> bool {
+    pub(crate) async fn lease_for_reconcile(
+        &self,
+        id: &SandboxId,
+        report: &mut ReconcileReport,
+    ) -> bool {
         let acquired = self
             .store()
             .acquire_lease(
@@ -240,7 +246,7 @@ impl ControlPlane {
     /// Ends a `running` record whose runtime is lost (`loss`), once the provider confirms it
     /// and the lease is ours: `destroyed`/`runtime_vanished` for a vanished runtime,
     /// `error`/`provider_failed` for a stopped one, whose runtime is then removed.
-    async fn end_lost_runtime(
+    pub(crate) async fn end_lost_runtime(
         &self,
         provider: &dyn Provider,
         record: &Sandbox,
@@ -295,7 +301,7 @@ impl ControlPlane {
         tracing::warn!(sandbox_id = %ended.id, tenant_id = %ended.tenant_id, provider = %ended.provider, reason = ending.reason.as_str(), state_message = %ending.message, "reconciliation ended a sandbox whose runtime was lost");
     }
 
-    fn publish_reconcile(&self, sandbox: &Sandbox, action: &str) {
+    pub(crate) fn publish_reconcile(&self, sandbox: &Sandbox, action: &str) {
         self.events().publish_in(
             &sandbox.tenant_id,
             Some(&sandbox.id),
@@ -310,7 +316,7 @@ impl ControlPlane {
 
 /// How a `running` record's runtime was found lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RuntimeLoss {
+pub(crate) enum RuntimeLoss {
     /// Gone from the provider's inventory.
     Vanished,
     /// Listed, but no longer running.

@@ -30,7 +30,7 @@ pub struct RecoveryReport {
     pub unresolved: usize,
 }
 
-enum Resolution {
+pub(crate) enum Resolution {
     Resumed,
     Failed,
     Unresolved,
@@ -73,7 +73,7 @@ impl ControlPlane {
         Ok(report)
     }
 
-    async fn resolve_interrupted(&self, sandbox: &Sandbox) -> Resolution {
+    pub(crate) async fn resolve_interrupted(&self, sandbox: &Sandbox) -> Resolution {
         let Some(provider) = self.providers().for_cleanup(&sandbox.provider) else {
             tracing::warn!(sandbox_id = %sandbox.id, provider = %sandbox.provider, "an interrupted spawn's provider is not configured; left creating");
             return Resolution::Unresolved;

@@ -273,6 +273,10 @@ pub(crate) async fn run_heartbeats(plane: ControlPlane, cancel: CancellationToke
             _ = tick.tick() => {
                 if let Err(err) = plane.heartbeat_once().await {
                     tracing::warn!(error = %err, "worker heartbeat failed");
+                    continue;
+                }
+                if let Err(err) = plane.take_over_dead_workers(&Principal::system()).await {
+                    tracing::warn!(error = %err, "settling dead workers' sandboxes failed; retried after the next heartbeat");
                 }
             }
         }

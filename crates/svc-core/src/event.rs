@@ -277,7 +277,7 @@ pub struct SpawnQueueEventData {
 /// `data` of `reconcile.action` events (decisions §11).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReconcileEventData {
-    /// `adopted_runtime`, `marked_destroyed` or `marked_error`.
+    /// `adopted_runtime`, `marked_destroyed`, `marked_error` or `taken_over`.
     pub action: String,
     /// The provider of the runtime.
     pub provider: String,

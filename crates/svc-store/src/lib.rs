@@ -154,6 +154,16 @@ pub trait Store: Send + Sync + 'static {
         expires_at: Timestamp,
     ) -> StoreResult<Option<Sandbox>>;
 
+    /// Moves a `running` sandbox of worker `from` to worker `to` (a live worker taking over a
+    /// dead one's sandbox). Returns the updated record, or `None` when the sandbox is not
+    /// running or not `from`'s any more (so one taker wins).
+    async fn reassign_sandbox(
+        &self,
+        id: &SandboxId,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Option<Sandbox>>;
+
     /// `running` sandboxes whose `expires_at` is at or before `now`, oldest expiry first.
     async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>>;
 

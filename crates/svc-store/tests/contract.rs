@@ -996,6 +996,53 @@ async fn worker_and_state_filters(store: &dyn Store) {
         .is_empty());
 }
 
+async fn reassigning_a_sandbox_has_one_winner(store: &dyn Store) {
+    let mut orphan = sandbox("", "mock", at(1));
+    orphan.worker_id = Some("dead".into());
+    store.insert_sandbox(&orphan).await.unwrap();
+    let takers = ["w1", "w2", "w3", "w4"];
+    let outcomes = futures_join_all(
+        takers
+            .iter()
+            .map(|to| store.reassign_sandbox(&orphan.id, "dead", to)),
+    )
+    .await;
+    let winners: Vec<_> = outcomes.into_iter().flatten().collect();
+    assert_eq!(winners.len(), 1, "exactly one taker wins");
+    let winner = winners[0].worker_id.clone().unwrap();
+    assert!(takers.contains(&winner.as_str()));
+    let stored = store.get_sandbox(&orphan.id).await.unwrap().unwrap();
+    assert_eq!(stored.worker_id.as_deref(), Some(winner.as_str()));
+    assert_eq!(
+        store
+            .reassign_sandbox(&orphan.id, "dead", "w9")
+            .await
+            .unwrap(),
+        None,
+        "no longer the dead worker's"
+    );
+    let mut pending = creating("", at(2));
+    pending.worker_id = Some("dead".into());
+    store.insert_sandbox(&pending).await.unwrap();
+    assert_eq!(
+        store
+            .reassign_sandbox(&pending.id, "dead", "w1")
+            .await
+            .unwrap(),
+        None,
+        "only running sandboxes move"
+    );
+    destroy(store, &stored.id, at(3)).await.unwrap();
+    assert_eq!(
+        store
+            .reassign_sandbox(&stored.id, &winner, "w1")
+            .await
+            .unwrap(),
+        None,
+        "an ended sandbox stays where it ended"
+    );
+}
+
 fn tenant(id: &str, created: Timestamp) -> Tenant {
     Tenant {
         id: id.to_owned(),
@@ -1533,6 +1580,7 @@ macro_rules! all_cases {
                 lease_races_have_one_winner_and_growing_generations,
                 a_sandbox_lease_lives_with_its_record,
                 worker_and_state_filters,
+                reassigning_a_sandbox_has_one_winner,
                 tenant_crud,
                 deleting_a_tenant_deletes_its_members_and_policies,
                 member_upsert_keeps_created_at,

@@ -112,6 +112,14 @@ pub async fn start_with_clock(
     if let Err(err) = plane.reconcile(&svc_control::Principal::system()).await {
         tracing::warn!(error = %err, "start-up reconciliation failed; retried in five minutes");
     }
+    // Sandboxes of workers that died (another replica, or this one under an earlier
+    // `worker.id`) are taken over or ended; again after every heartbeat.
+    if let Err(err) = plane
+        .take_over_dead_workers(&svc_control::Principal::system())
+        .await
+    {
+        tracing::warn!(error = %err, "settling dead workers' sandboxes failed; retried after the next heartbeat");
+    }
     tracing::info!(
         "authentication: {}",
         if plane.auth_enabled() {

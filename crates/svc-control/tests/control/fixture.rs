@@ -283,6 +283,15 @@ impl Store for FaultyStore {
         self.write("set_sandbox_expiry")?;
         self.inner.set_sandbox_expiry(id, expires_at).await
     }
+    async fn reassign_sandbox(
+        &self,
+        id: &SandboxId,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Option<Sandbox>> {
+        self.write("reassign_sandbox")?;
+        self.inner.reassign_sandbox(id, from, to).await
+    }
     async fn list_expired_sandboxes(&self, now: Timestamp) -> StoreResult<Vec<Sandbox>> {
         self.inner.list_expired_sandboxes(now).await
     }

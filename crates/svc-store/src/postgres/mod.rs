@@ -109,6 +109,7 @@ struct SandboxSql {
     mark_running: String,
     end: String,
     set_expiry: String,
+    reassign: String,
     list: String,
     list_expired: String,
 }
@@ -141,6 +142,10 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     set_expiry: format!(
         "UPDATE sandboxes SET expires_at = $2 WHERE id = $1 AND state = 'running' \
          RETURNING {SANDBOX_COLUMNS}"
+    ),
+    reassign: format!(
+        "UPDATE sandboxes SET worker_id = $3 WHERE id = $1 AND state = 'running' \
+         AND worker_id = $2 RETURNING {SANDBOX_COLUMNS}"
     ),
     list: format!(
         "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
@@ -413,6 +418,23 @@ impl Store for PgStore {
             OP,
             &SANDBOX_SQL.set_expiry,
             &[&id.as_str(), &micros(expires_at)],
+        )
+        .await
+    }
+
+    async fn reassign_sandbox(
+        &self,
+        id: &SandboxId,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "reassign_sandbox";
+        let client = self.client(OP).await?;
+        one_sandbox(
+            &client,
+            OP,
+            &SANDBOX_SQL.reassign,
+            &[&id.as_str(), &from, &to],
         )
         .await
     }

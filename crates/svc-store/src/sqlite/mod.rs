@@ -94,6 +94,7 @@ struct SandboxSql {
     mark_running: String,
     end: String,
     set_expiry: String,
+    reassign: String,
     list: String,
     list_expired: String,
 }
@@ -111,6 +112,10 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     set_expiry: format!(
         "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1 AND state = 'running' \
          RETURNING {SANDBOX_COLUMNS}"
+    ),
+    reassign: format!(
+        "UPDATE sandboxes SET worker_id = ?3 WHERE id = ?1 AND state = 'running' \
+         AND worker_id = ?2 RETURNING {SANDBOX_COLUMNS}"
     ),
     list: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes {LIST_SANDBOXES}"),
     list_expired: format!(
@@ -416,6 +421,22 @@ impl Store for SqliteStore {
                         &SANDBOX_SQL.set_expiry,
                         params![id, micros(expires_at)],
                     )
+                })
+                .await,
+        )
+    }
+
+    async fn reassign_sandbox(
+        &self,
+        id: &SandboxId,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Option<Sandbox>> {
+        let params = (id.as_str().to_owned(), from.to_owned(), to.to_owned());
+        decoded(
+            self.connections
+                .write("reassign_sandbox", move |conn| {
+                    one_sandbox(conn, "reassign_sandbox", &SANDBOX_SQL.reassign, params)
                 })
                 .await,
         )

@@ -442,7 +442,7 @@ async fn replicas_recover_when_their_connections_are_cut() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_replicas_lease_expires_and_one_other_takes_over() {
+async fn a_killed_replicas_leases_expire_and_its_sandboxes_are_settled() {
     let Some(dsn) = postgres_dsn() else {
         return;
     };
@@ -483,8 +483,25 @@ async fn a_killed_replicas_lease_expires_and_one_other_takes_over() {
         dir.path().join("mock").join(&id).exists(),
         "A made the runtime"
     );
+    // Two more of A's sandboxes: one whose runtime outlives A, one whose runtime is lost with it.
+    let mut more = Vec::new();
+    for _ in 0..2 {
+        let body: serde_json::Value = client
+            .post(format!("{a_url}/sandboxes"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        more.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let (kept, lost) = (more[0].clone(), more[1].clone());
     a.kill().unwrap();
     a.wait().unwrap();
+    std::fs::remove_dir_all(dir.path().join("mock").join(&lost)).unwrap();
+    std::fs::remove_file(dir.path().join("mock").join(format!("{lost}.json"))).unwrap();
     // B keeps serving; while A's lease lasts, A's sandbox is not B's to destroy.
     let got = client
         .get(format!("{b_url}/sandboxes/{id}"))
@@ -555,6 +572,61 @@ async fn a_killed_replicas_lease_expires_and_one_other_takes_over() {
     assert!(
         !dir.path().join("mock").join(&id).exists(),
         "the runtime was removed"
+    );
+    // A's other sandboxes are settled by whichever replica gets their lease: the running one
+    // is taken over (and serves through its new worker), the lost one ends as vanished.
+    let record = |id: String| {
+        let (client, url) = (client.clone(), format!("{b_url}/sandboxes/{id}"));
+        async move {
+            client
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    crate::harness::wait_for(
+        "A's sandboxes to be settled",
+        Duration::from_secs(15),
+        || {
+            let (kept, lost) = (record(kept.clone()), record(lost.clone()));
+            async move {
+                let (kept, lost) = tokio::join!(kept, lost);
+                kept["worker_id"] != "a" && lost["state"] == "destroyed"
+            }
+        },
+    )
+    .await;
+    let taken = record(kept.clone()).await;
+    assert_eq!(taken["state"], "running", "{taken}");
+    let owner = taken["worker_id"].as_str().unwrap().to_owned();
+    assert!(owner == "b" || owner == "c", "{taken}");
+    let vanished = record(lost.clone()).await;
+    assert_eq!(vanished["state_reason"], "runtime_vanished", "{vanished}");
+    let owner_url = if owner == "b" { &b_url } else { &c_url };
+    let exec: serde_json::Value = client
+        .post(format!("{owner_url}/sandboxes/{kept}/exec"))
+        .json(&json!({"command": "echo still here"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(exec["stdout"], "still here\n", "{exec}");
+    let other_url = if owner == "b" { &c_url } else { &b_url };
+    let fenced = client
+        .delete(format!("{other_url}/sandboxes/{kept}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        fenced.status(),
+        409,
+        "the new owner renews the lease it took over"
     );
     // And A shows as stale.
     crate::harness::wait_for("A to go stale", Duration::from_secs(15), || {
