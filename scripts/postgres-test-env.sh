@@ -1,5 +1,7 @@
 # Sourced by scripts/test.sh: makes sure a PostgreSQL server answers on this machine and
-# exports SVC_TEST_POSTGRES_DSN naming a fresh, empty database for this run.
+# exports SVC_TEST_POSTGRES_DSN naming a fresh, empty database for this run; and a second,
+# small cluster of its own that one test restarts (SVC_TEST_POSTGRES_RESTART_DSN and
+# SVC_TEST_POSTGRES_RESTART_CLUSTER), so restarting it disturbs no other test.
 #
 # Machines of this kind have PostgreSQL 15 installed with its cluster stopped; the cluster is
 # started with pg_ctlcluster. When no PostgreSQL is installed, Debian's package is.
@@ -49,4 +51,37 @@ ensure_postgres() {
         done
     export SVC_TEST_POSTGRES_DSN="postgres://$SVC_PG_ROLE:$SVC_PG_PASSWORD@127.0.0.1:$port/$database"
     say "PostgreSQL ready: database $database on port $port"
+}
+
+# The cluster the restart test may stop and start: created once (it survives between runs),
+# started when down, with a fresh database for this run.
+SVC_PG_RESTART_CLUSTER_NAME="${SVC_PG_RESTART_CLUSTER_NAME:-svc_restart}"
+
+ensure_restartable_postgres() {
+    local name="$SVC_PG_RESTART_CLUSTER_NAME" version port
+    version="$(pg_lsclusters -h | awk 'NR==1 {print $1}')"
+    [ -n "$version" ] || die "no PostgreSQL cluster exists (pg_lsclusters lists none)"
+    if ! pg_lsclusters -h | awk '{print $2}' | grep -qx "$name"; then
+        say "creating the PostgreSQL cluster $version $name for the restart test"
+        pg_createcluster "$version" "$name" -- --auth-local=peer --auth-host=scram-sha-256 >/dev/null \
+            || die "pg_createcluster $version $name failed"
+    fi
+    port="$(pg_lsclusters -h | awk -v n="$name" '$2 == n {print $3}')"
+    if ! su postgres -c "psql -p $port -qAtc 'SELECT 1'" >/dev/null 2>&1; then
+        pg_ctlcluster "$version" "$name" start \
+            || die "pg_ctlcluster $version $name start failed; see /var/log/postgresql/"
+        local deadline=$((SECONDS + 60))
+        until su postgres -c "psql -p $port -qAtc 'SELECT 1'" >/dev/null 2>&1; do
+            [ "$SECONDS" -lt "$deadline" ] || die "the PostgreSQL cluster $name did not answer within 60 s"
+            sleep 0.5
+        done
+    fi
+    su postgres -c "psql -p $port -qAtc \"SELECT 1 FROM pg_roles WHERE rolname = '$SVC_PG_ROLE'\"" | grep -q 1 \
+        || su postgres -c "psql -p $port -qc \"CREATE ROLE $SVC_PG_ROLE LOGIN PASSWORD '$SVC_PG_PASSWORD'\"" >/dev/null \
+        || die "cannot create the PostgreSQL role $SVC_PG_ROLE in cluster $name"
+    su postgres -c "dropdb -p $port --if-exists svc_restart_test && createdb -p $port -O $SVC_PG_ROLE svc_restart_test" \
+        || die "cannot create the database svc_restart_test in cluster $name"
+    export SVC_TEST_POSTGRES_RESTART_DSN="postgres://$SVC_PG_ROLE:$SVC_PG_PASSWORD@127.0.0.1:$port/svc_restart_test"
+    export SVC_TEST_POSTGRES_RESTART_CLUSTER="$version $name"
+    say "PostgreSQL cluster $name ready on port $port (restarted by one test)"
 }

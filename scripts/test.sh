@@ -41,6 +41,7 @@ export SVC_TEST_REQUIRE_PROMTOOL=1
 # shellcheck source=scripts/postgres-test-env.sh
 . scripts/postgres-test-env.sh
 ensure_postgres
+ensure_restartable_postgres
 # The PostgreSQL tests fail instead of skipping when the database is missing.
 export SVC_TEST_REQUIRE_POSTGRES=1
 

@@ -123,8 +123,8 @@ impl ControlPlane {
         self.inner.providers.operations()
     }
 
-    /// The event bus.
-    pub(crate) fn events(&self) -> &EventBus {
+    /// The event bus (public for embedders and tests that publish their own events).
+    pub fn events(&self) -> &EventBus {
         &self.inner.events
     }
 

@@ -132,6 +132,14 @@ impl TestServer {
             .expect("clean shutdown")
     }
 
+    /// The control plane, for tests that publish or inspect directly.
+    pub fn plane(&self) -> &svc_control::ControlPlane {
+        self.server
+            .as_ref()
+            .expect("the server is running")
+            .control_plane()
+    }
+
     /// The directory of the mock provider's sandboxes.
     pub fn mock_root(&self) -> PathBuf {
         self.config.providers.mock.root_dir.clone()

@@ -148,6 +148,39 @@ async fn every_replica_delivers_each_event_exactly_once() {
     drop(schema);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_beyond_notifys_8000_bytes_crosses_replicas_whole() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    let dsn = schema.dsn();
+    let a = TestServer::start_with(|c| replica(c, &dsn, "a")).await;
+    let b = TestServer::start_with(|c| replica(c, &dsn, "b")).await;
+    let mut stream = b.events("?types=operation.failed", None).await;
+    // NOTIFY refuses payloads of 8000 bytes or more; this event is 30 000 and multi-byte.
+    let error = "défaillance ".repeat(2500);
+    a.plane().events().publish(
+        None,
+        svc_core::event::EventPayload::OperationFailed(svc_core::event::FailureEventData {
+            operation: "exec".into(),
+            provider: "mock".into(),
+            error: error.clone(),
+        }),
+    );
+    let message = stream
+        .next(Duration::from_secs(10))
+        .await
+        .expect("the large event reached replica b");
+    assert_eq!(message.data["data"]["error"], error.as_str());
+    assert!(
+        stream.next(Duration::from_millis(1000)).await.is_none(),
+        "delivered once"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 /// Three replicas started on a fresh schema, each configured by `adjust` too.
 async fn three_replicas(
     schema: &Schema,
@@ -376,18 +409,12 @@ async fn a_wrong_dsn_password_is_never_shown() {
     assert!(!message.contains("wrong-pass-51e9"), "{message}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_recover_when_their_connections_are_cut() {
-    let Some(dsn) = postgres_dsn() else {
-        return;
-    };
-    let schema = Schema::create(&dsn).await;
-    // Every connection of this test's replicas carries the schema's name, so the test can cut
-    // exactly those, as a database restart would.
-    let tagged = format!("{}&application_name={}", schema.dsn(), schema.name);
+/// Two replicas on `dsn` with an event stream each: a sandbox created before `disrupt` and one
+/// created after it (retried while the store answers 503) each reach every stream exactly once.
+async fn events_survive<F: std::future::Future<Output = ()>>(dsn: &str, disrupt: F) {
     let mut replicas = Vec::new();
     for worker in ["a", "b"] {
-        replicas.push(TestServer::start_with(|c| replica(c, &tagged, worker)).await);
+        replicas.push(TestServer::start_with(|c| replica(c, dsn, worker)).await);
     }
     let mut streams = Vec::new();
     for server in &replicas {
@@ -401,23 +428,11 @@ async fn replicas_recover_when_their_connections_are_cut() {
             .expect("first event");
         assert_eq!(message.data["sandbox_id"], first["id"]);
     }
-    let (admin, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let cut: i64 = admin
-        .query_one(
-            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-            &[&schema.name],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(cut >= 2, "the replicas' connections ({cut}) were cut");
-    // The next requests may meet dead pooled connections: the pool drops them and the store
-    // answers again within a few tries.
+    disrupt.await;
+    // The next requests may meet dead pooled connections (or a database still starting): the
+    // pool drops them and the store answers again within a few tries.
     let mut second = None;
-    for _ in 0..20 {
+    for _ in 0..80 {
         let reply = replicas[1].post("/sandboxes", json!({})).await;
         if reply.status == 201 {
             second = Some(reply.body);
@@ -426,12 +441,12 @@ async fn replicas_recover_when_their_connections_are_cut() {
         assert_eq!(reply.status, 503, "{}", reply.body);
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let second = second.expect("replica b serves again after its connections were cut");
+    let second = second.expect("replica b serves again after the disruption");
     for (i, stream) in streams.iter_mut().enumerate() {
         let message = stream
             .next(Duration::from_secs(15))
             .await
-            .unwrap_or_else(|| panic!("replica {i} never got the event after the cut"));
+            .unwrap_or_else(|| panic!("replica {i} never got the event after the disruption"));
         assert_eq!(message.data["sandbox_id"], second["id"], "replica {i}");
     }
     for (i, stream) in streams.iter_mut().enumerate() {
@@ -439,6 +454,72 @@ async fn replicas_recover_when_their_connections_are_cut() {
             panic!("replica {i} got an event twice: {:?}", extra.data);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_recover_when_their_connections_are_cut() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    // Every connection of this test's replicas carries the schema's name, so the test can cut
+    // exactly those, as a database restart would.
+    let tagged = format!("{}&application_name={}", schema.dsn(), schema.name);
+    events_survive(&tagged, async {
+        let (admin, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let cut: i64 = admin
+            .query_one(
+                "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                &[&schema.name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(cut >= 2, "the replicas' connections ({cut}) were cut");
+    })
+    .await;
+}
+
+/// The cluster this test may restart (scripts/postgres-test-env.sh makes one of its own, so
+/// no other test is disturbed): its DSN and `pg_ctlcluster`'s version and name.
+fn restartable_postgres() -> Option<(String, Vec<String>)> {
+    let dsn = std::env::var("SVC_TEST_POSTGRES_RESTART_DSN").unwrap_or_default();
+    let cluster = std::env::var("SVC_TEST_POSTGRES_RESTART_CLUSTER").unwrap_or_default();
+    if dsn.is_empty() || cluster.is_empty() {
+        assert!(
+            std::env::var_os("SVC_TEST_REQUIRE_POSTGRES").is_none()
+                && std::env::var_os("CI").is_none(),
+            "SVC_TEST_POSTGRES_RESTART_DSN and SVC_TEST_POSTGRES_RESTART_CLUSTER are required here \
+             (scripts/test.sh makes the cluster)"
+        );
+        eprintln!("SKIPPED: no restartable PostgreSQL cluster (SVC_TEST_POSTGRES_RESTART_DSN); the restart test did not run");
+        return None;
+    }
+    Some((dsn, cluster.split_whitespace().map(str::to_owned).collect()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_recover_when_postgres_restarts() {
+    let Some((dsn, cluster)) = restartable_postgres() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    events_survive(&schema.dsn(), async {
+        let status = tokio::process::Command::new("pg_ctlcluster")
+            .args(&cluster)
+            .args(["restart", "-m", "fast"])
+            .status()
+            .await
+            .expect("running pg_ctlcluster");
+        assert!(
+            status.success(),
+            "pg_ctlcluster {cluster:?} restart: {status}"
+        );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
