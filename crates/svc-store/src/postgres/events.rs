@@ -93,38 +93,24 @@ impl EventLog for PgStore {
         let ids: Vec<&str> = events.iter().map(|(id, _)| id.as_str()).collect();
         let payloads: Vec<&str> = events.iter().map(|(_, p)| p.as_str()).collect();
         let now = micros(chrono::Utc::now());
-        let mut client = self.client(OP).await?;
-        let transaction = client
-            .transaction()
-            .await
-            .map_err(super::codec::backend(OP))?;
-        // Events are also delivered locally at once; the log only carries them to the other
-        // replicas, so its commit need not wait for the disk.
-        transaction
-            .batch_execute("SET LOCAL synchronous_commit = off")
-            .await
-            .map_err(super::codec::backend(OP))?;
+        let client = self.client(OP).await?;
+        // One statement, so one round trip: the rows, the notification (sent at its commit)
+        // and, for this statement's transaction only, a commit that does not wait for the
+        // disk: events are also delivered locally at once, the log only carries them to the
+        // other replicas.
         execute(
-            &transaction,
+            &client,
             OP,
-            "INSERT INTO events (instance, id, payload, created_at) \
+            "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)), \
+             appended AS (INSERT INTO events (instance, id, payload, created_at) \
              SELECT $1, e.id, e.payload, $4 FROM unnest($2::text[], $3::text[]) \
              WITH ORDINALITY AS e(id, payload, n) ORDER BY e.n \
-             ON CONFLICT (id) DO NOTHING",
-            &[&instance, &ids, &payloads, &now],
+             ON CONFLICT (id) DO NOTHING) \
+             SELECT pg_notify($5, $1) FROM relaxed",
+            &[&instance, &ids, &payloads, &now, &CHANNEL],
         )
         .await?;
-        execute(
-            &transaction,
-            OP,
-            "SELECT pg_notify($1, $2)",
-            &[&CHANNEL, &instance],
-        )
-        .await?;
-        transaction
-            .commit()
-            .await
-            .map_err(super::codec::backend(OP))
+        Ok(())
     }
 
     async fn events_after(
