@@ -181,6 +181,58 @@ async fn an_event_beyond_notifys_8000_bytes_crosses_replicas_whole() {
     b.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_sandbox_is_destroyed_once_across_replicas() {
+    let Some(dsn) = postgres_dsn() else {
+        return;
+    };
+    let schema = Schema::create(&dsn).await;
+    // One mock directory for all three, as one Docker engine would be: every reaper can reach
+    // every runtime, so they all race for every expired sandbox.
+    let shared = tempfile::tempdir().unwrap();
+    let root = shared.path().to_path_buf();
+    let root = &root;
+    let replicas = three_replicas(&schema, |c| {
+        c.defaults.reap_interval = svc_core::GoDuration::from_millis(50);
+        c.providers.mock.root_dir = root.clone();
+    })
+    .await;
+    let mut streams = Vec::new();
+    for server in &replicas {
+        streams.push(server.events("?types=sandbox.destroyed", None).await);
+    }
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let sandbox = replicas[n % 3].spawn(json!({"ttl": "1m"})).await;
+        ids.push(sandbox["id"].as_str().unwrap().to_owned());
+    }
+    // Past every sandbox's expiry and every lease's, on every replica's clock.
+    for server in &replicas {
+        server.clock.advance(Duration::from_secs(120));
+    }
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(message) = stream.next(Duration::from_secs(3)).await {
+            assert_eq!(
+                message.data["data"]["reason"], "expired",
+                "{:?}",
+                message.data
+            );
+            seen.push(message.data["sandbox_id"].as_str().unwrap().to_owned());
+        }
+        seen.sort();
+        let mut expected = ids.clone();
+        expected.sort();
+        assert_eq!(
+            seen, expected,
+            "replica {i}: each sandbox destroyed exactly once"
+        );
+    }
+    for id in &ids {
+        assert!(!root.join(id).exists(), "{id}'s runtime was removed");
+    }
+}
+
 /// Three replicas started on a fresh schema, each configured by `adjust` too.
 async fn three_replicas(
     schema: &Schema,
