@@ -509,6 +509,18 @@ impl Fixture {
         Self::plane_over(&self.store, &self.provider, &self.clock, |_| {}, retired)
     }
 
+    /// Another control plane on the same store, provider and clock, as worker `id` (a replica).
+    pub fn as_worker(&self, id: &str) -> ControlPlane {
+        let id = id.to_owned();
+        Self::plane_over(
+            &self.store,
+            &self.provider,
+            &self.clock,
+            |c| c.worker.id = id,
+            false,
+        )
+    }
+
     /// What start-up recovery does on a restarted control plane.
     /// A restart as the server does it: recovery, then reconciliation.
     pub async fn recover_after_restart(

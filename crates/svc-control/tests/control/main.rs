@@ -768,3 +768,81 @@ async fn a_caller_that_goes_away_while_queued_leaves_the_queue_and_spawns_nothin
     );
     assert!(fx.runtimes().is_empty());
 }
+
+#[tokio::test]
+async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
+    let fx = Fixture::new().await;
+    let old = fx.as_worker("old");
+    old.register_local_worker().await.unwrap();
+    let admin = fx.admin();
+    let spawn = || old.spawn_sandbox(&admin, SpawnRequest::default());
+    let (kept, lost) = (spawn().await.unwrap(), spawn().await.unwrap());
+    // A spawn the dead worker never finished, and a runtime gone with it.
+    let mut interrupted = kept.clone();
+    interrupted.id = SandboxId::generate();
+    interrupted.state = SandboxState::Creating;
+    fx.store.insert_sandbox(&interrupted).await.unwrap();
+    fx.provider.destroy(&lost.id).await.unwrap();
+    let new = fx.as_worker("new");
+    new.register_local_worker().await.unwrap();
+    let system = Principal::system();
+    assert_eq!(
+        new.take_over_dead_workers(&system).await.unwrap(),
+        svc_control::ReconcileReport::default(),
+        "a live worker's sandboxes are left alone"
+    );
+    // The old worker stops beating: past its staleness window and its leases.
+    fx.clock.advance(Duration::from_secs(120));
+    new.register_local_worker().await.unwrap();
+    let mut events = new
+        .subscribe_events(&fx.admin(), svc_control::EventFilter::default(), None)
+        .unwrap();
+    let report = new.take_over_dead_workers(&system).await.unwrap();
+    assert_eq!(
+        (report.taken_over, report.marked_destroyed),
+        (1, 1),
+        "{report:?}"
+    );
+    let record = |id: SandboxId| {
+        let store = Arc::clone(&fx.store);
+        async move { store.get_sandbox(&id).await.unwrap().unwrap() }
+    };
+    let taken = record(kept.id.clone()).await;
+    assert_eq!(taken.state, SandboxState::Running);
+    assert_eq!(taken.worker_id.as_deref(), Some("new"));
+    let lease = fx.store.get_lease(kept.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(lease.holder_id, "new");
+    assert!(lease.active_at(fx.clock.now()));
+    let vanished = record(lost.id.clone()).await;
+    assert_eq!(vanished.state, SandboxState::Destroyed);
+    assert_eq!(vanished.state_reason, Some(StateReason::RuntimeVanished));
+    let failed = record(interrupted.id.clone()).await;
+    assert_eq!(failed.state, SandboxState::Error);
+    assert_eq!(failed.state_reason, Some(StateReason::SpawnFailed));
+    let mut actions = Vec::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+    {
+        if event.event_type == EventType::ReconcileAction {
+            actions.push((
+                event.sandbox_id.clone().unwrap(),
+                event.data.clone().unwrap()["action"].clone(),
+            ));
+        }
+    }
+    actions.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let mut expected = vec![
+        (kept.id.clone(), serde_json::json!("taken_over")),
+        (lost.id.clone(), serde_json::json!("marked_destroyed")),
+    ];
+    expected.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    assert_eq!(actions, expected);
+    // Settled once: a third worker finds nothing left, and the kept runtime still runs.
+    let third = fx.as_worker("third");
+    third.register_local_worker().await.unwrap();
+    assert_eq!(
+        third.take_over_dead_workers(&system).await.unwrap(),
+        svc_control::ReconcileReport::default()
+    );
+    assert_eq!(fx.runtimes(), vec![kept.id.to_string()]);
+}

@@ -142,6 +142,24 @@ async fn every_replica_delivers_each_event_exactly_once() {
     // History (for Last-Event-ID replays) holds the foreign events too, once each.
     let diagnostics = replicas[2].get("/diagnostics").await.body;
     assert!(diagnostics["events"]["events_total"].as_u64().unwrap() >= 6);
+    // The DSN's credentials appear in no diagnostics or metrics.
+    let credentials = dsn.split('@').next().unwrap().to_owned();
+    let metrics = replicas[2]
+        .client
+        .get(replicas[2].url("/metrics/scrape"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (what, text) in [
+        ("diagnostics", diagnostics.to_string()),
+        ("metrics", metrics),
+    ] {
+        assert!(!text.contains(&credentials), "{what} show the DSN");
+        assert!(!text.contains("@127.0.0.1"), "{what} show the DSN");
+    }
     for server in replicas {
         server.shutdown().await;
     }
