@@ -79,7 +79,7 @@ ensure_restartable_postgres() {
     su postgres -c "psql -p $port -qAtc \"SELECT 1 FROM pg_roles WHERE rolname = '$SVC_PG_ROLE'\"" | grep -q 1 \
         || su postgres -c "psql -p $port -qc \"CREATE ROLE $SVC_PG_ROLE LOGIN PASSWORD '$SVC_PG_PASSWORD'\"" >/dev/null \
         || die "cannot create the PostgreSQL role $SVC_PG_ROLE in cluster $name"
-    su postgres -c "dropdb -p $port --if-exists svc_restart_test && createdb -p $port -O $SVC_PG_ROLE svc_restart_test" \
+    su postgres -c "PGOPTIONS='-c client_min_messages=warning' dropdb -p $port --if-exists svc_restart_test && createdb -p $port -O $SVC_PG_ROLE svc_restart_test" \
         || die "cannot create the database svc_restart_test in cluster $name"
     export SVC_TEST_POSTGRES_RESTART_DSN="postgres://$SVC_PG_ROLE:$SVC_PG_PASSWORD@127.0.0.1:$port/svc_restart_test"
     export SVC_TEST_POSTGRES_RESTART_CLUSTER="$version $name"

@@ -64,6 +64,11 @@ impl SandboxGlob {
         })
     }
 
+    /// The pattern, normalised (what a guest agent compiles again on its side).
+    pub fn pattern(&self) -> &str {
+        self.matcher.glob().glob()
+    }
+
     /// Whether an absolute sandbox path matches.
     pub fn is_match(&self, path: &str) -> bool {
         self.matcher.is_match(path)

@@ -4,6 +4,7 @@
 //! provider, and timeouts are applied there once. Operations a backend lacks answer
 //! [`ProviderError::Unsupported`] from the trait defaults, matching its declared capabilities.
 
+pub mod agent;
 pub mod docker;
 mod error;
 mod exec;

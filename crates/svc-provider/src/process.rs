@@ -1,35 +1,33 @@
-//! Signalling host processes, shared by the providers whose commands are host processes (mock)
-//! or visible on this host (docker): signals go to the whole process group, and a process that
-//! already ended is not an error.
+//! Host processes as providers see them: `svc-process` errors become provider errors, and
+//! signals reach the processes of the providers whose commands are host processes (mock) or
+//! visible on this host (docker): the whole process group, a process already gone no error.
 
-use rustix::process::{kill_process, kill_process_group, Pid, Signal as RustixSignal};
+use rustix::process::Pid;
 
 use crate::{ProviderError, Signal};
 
-fn to_rustix(signal: Signal) -> RustixSignal {
-    match signal {
-        Signal::Hup => RustixSignal::HUP,
-        Signal::Int => RustixSignal::INT,
-        Signal::Kill => RustixSignal::KILL,
-        Signal::Term => RustixSignal::TERM,
-    }
-}
-
-fn ignore_gone(result: rustix::io::Result<()>, what: Signal) -> Result<(), ProviderError> {
-    match result {
-        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-        Err(err) => Err(ProviderError::failed(format!("sending {what:?}: {err}"))),
+impl From<svc_process::ProcessError> for ProviderError {
+    fn from(err: svc_process::ProcessError) -> Self {
+        use svc_process::ProcessError as E;
+        match err {
+            E::EmptyCommand | E::NotFound { .. } | E::StdinClosed | E::NotATerminal => {
+                ProviderError::InvalidRequest {
+                    message: err.to_string(),
+                }
+            }
+            E::Io { .. } => ProviderError::failed(err.to_string()),
+        }
     }
 }
 
 /// Sends `signal` to the process group led by `leader`.
 pub(crate) fn signal_group(leader: Pid, signal: Signal) -> Result<(), ProviderError> {
-    ignore_gone(kill_process_group(leader, to_rustix(signal)), signal)
+    Ok(svc_process::signal_group(leader, signal)?)
 }
 
 /// Sends `signal` to one process.
 pub(crate) fn signal_process(pid: Pid, signal: Signal) -> Result<(), ProviderError> {
-    ignore_gone(kill_process(pid, to_rustix(signal)), signal)
+    Ok(svc_process::signal_process(pid, signal)?)
 }
 
 /// The last `count` lines of `text`, in order.

@@ -1,0 +1,127 @@
+//! Connections: each carries one operation, named by its first frame.
+
+use std::path::Path;
+use std::pin::Pin;
+use std::time::Instant;
+
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use svc_agent_proto::{ErrorKind, Frame, FrameCodec, Op, ProtocolError, Reply, Request, VERSION};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::Framed;
+
+/// The agent's half of a connection: frames it sends.
+pub(crate) type Replies = Pin<Box<dyn Sink<Frame, Error = ProtocolError> + Send>>;
+/// The host's half: frames it receives.
+pub(crate) type Frames = Pin<Box<dyn Stream<Item = Result<Frame, ProtocolError>> + Send>>;
+
+/// Sends `reply`; a host that has gone away is not the agent's failure, so errors are dropped
+/// (the operation notices on its next read or write).
+pub(crate) async fn send(replies: &mut Replies, reply: &Reply) -> bool {
+    match Frame::json(reply) {
+        Ok(frame) => replies.send(frame).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Sends an error reply.
+pub(crate) async fn fail(replies: &mut Replies, kind: ErrorKind, message: impl Into<String>) {
+    send(
+        replies,
+        &Reply::Error {
+            kind,
+            message: message.into(),
+        },
+    )
+    .await;
+}
+
+/// Serves on a Unix socket at `path` until the process ends.
+pub(crate) async fn unix(path: &Path) -> std::io::Result<()> {
+    // A socket left by an earlier run would make bind fail.
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    let started = Instant::now();
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::spawn(connection(stream, started));
+    }
+}
+
+/// One connection: the request, then its operation.
+async fn connection<S>(stream: S, started: Instant)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (sink, stream) = Framed::new(stream, FrameCodec).split();
+    let mut replies: Replies = Box::pin(sink);
+    let mut frames: Frames = Box::pin(stream);
+    let Some(Ok(first)) = frames.next().await else {
+        return;
+    };
+    let request: Request = match first.parse() {
+        Ok(request) => request,
+        Err(err) => {
+            // An unknown operation or a newer request shape: say which version this is.
+            fail(
+                &mut replies,
+                ErrorKind::Invalid,
+                format!("agent (protocol {VERSION}) cannot serve this request: {err}"),
+            )
+            .await;
+            return;
+        }
+    };
+    if request.version != VERSION {
+        fail(
+            &mut replies,
+            ErrorKind::UnsupportedVersion,
+            format!(
+                "the agent speaks protocol {VERSION}, the request protocol {}",
+                request.version
+            ),
+        )
+        .await;
+        return;
+    }
+    match request.op {
+        Op::Hello => {
+            send(
+                &mut replies,
+                &Reply::Hello {
+                    version: VERSION,
+                    agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+                    uptime_secs: started.elapsed().as_secs(),
+                },
+            )
+            .await;
+        }
+        Op::Exec {
+            argv,
+            env,
+            workdir,
+            tty,
+            stdin,
+        } => {
+            let exec = crate::exec::Exec {
+                argv,
+                env,
+                workdir,
+                tty,
+                stdin,
+            };
+            exec.run(replies, frames).await;
+        }
+        Op::ReadFile { path } => crate::files::read(&mut replies, &path).await,
+        Op::WriteFile { path, mode } => {
+            crate::files::write(&mut replies, &mut frames, &path, mode).await;
+        }
+        other => {
+            let reply = crate::files::other(other).await;
+            send(&mut replies, &reply).await;
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The real agent binary on a Unix socket, driven by the host's client (`svc_provider::agent`):
+//! exec with separated streams, stdin and EOF, a terminal with resize, signals, kill on
+//! disconnect; every file operation, streamed; the version handshake and malformed input.
+
+#![allow(clippy::unwrap_used, clippy::zombie_processes)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use svc_agent_proto::{Frame, FrameCodec, Op, Reply, Request};
+use svc_core::glob::SandboxGlob;
+use svc_core::path::{NonRootPath, SandboxPath};
+use svc_provider::agent::{AgentClient, UnixConnector};
+use svc_provider::{ExecSession, ExecSpec, ProviderError, Signal, StdStream, TtySize};
+use tokio_util::codec::Framed;
+
+struct Agent {
+    child: std::process::Child,
+    socket: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Agent {
+    async fn start() -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("agent.sock");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc-agent"))
+            .arg("--unix")
+            .arg(&socket)
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if socket.exists() {
+                return Agent { child, socket, dir };
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the agent did not listen within 2 s");
+    }
+
+    fn client(&self) -> AgentClient {
+        AgentClient::new(Arc::new(UnixConnector::new(&self.socket)))
+    }
+
+    /// A path inside this test's directory, as the agent sees it (its root is the host's).
+    fn path(&self, name: &str) -> SandboxPath {
+        SandboxPath::parse(&self.dir.path().join(name).display().to_string()).unwrap()
+    }
+
+    fn non_root(&self, name: &str) -> NonRootPath {
+        NonRootPath::new(self.path(name)).unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spec(argv: &[&str]) -> ExecSpec {
+    ExecSpec {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        env: [("GREETING".to_owned(), "hello".to_owned())].into(),
+        workdir: None,
+        tty: None,
+        stdin: false,
+    }
+}
+
+/// Everything a session printed, per stream, and its exit code.
+async fn collect(mut session: ExecSession) -> (String, String, i32) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    while let Some(chunk) = session.output.next().await {
+        let chunk = chunk.unwrap();
+        match chunk.stream {
+            StdStream::Stdout => out.extend_from_slice(&chunk.data),
+            StdStream::Stderr => err.extend_from_slice(&chunk.data),
+        }
+    }
+    let code = session.exit.await.unwrap().code;
+    (
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+        code,
+    )
+}
+
+#[tokio::test]
+async fn hello_names_the_protocol_and_build() {
+    let agent = Agent::start().await;
+    let hello = agent.client().hello().await.unwrap();
+    assert_eq!(hello.version, svc_agent_proto::VERSION);
+    assert_eq!(hello.agent_version, env!("CARGO_PKG_VERSION"));
+}
+
+#[tokio::test]
+async fn exec_separates_streams_and_reports_the_exit_code() {
+    let agent = Agent::start().await;
+    let mut spec = spec(&["sh", "-c", "echo $GREETING; pwd; echo oops >&2; exit 4"]);
+    spec.workdir = Some(SandboxPath::parse(agent.dir.path().to_str().unwrap()).unwrap());
+    let (out, err, code) = collect(agent.client().exec(spec).await.unwrap()).await;
+    assert_eq!(out, format!("hello\n{}\n", agent.dir.path().display()));
+    assert_eq!(err, "oops\n");
+    assert_eq!(code, 4);
+}
+
+#[tokio::test]
+async fn exec_streams_stdin_to_its_end() {
+    let agent = Agent::start().await;
+    let mut spec = spec(&["sh", "-c", "wc -c; echo done"]);
+    spec.stdin = true;
+    let session = agent.client().exec(spec).await.unwrap();
+    // More than one frame's worth, so it crosses as several.
+    let block = Bytes::from(vec![b'x'; 300 * 1024]);
+    session.control.write_stdin(block.clone()).await.unwrap();
+    session.control.write_stdin(block).await.unwrap();
+    session.control.close_stdin().await.unwrap();
+    let (out, _, code) = collect(session).await;
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["614400", "done"]
+    );
+    assert_eq!(code, 0);
+}
+
+#[tokio::test]
+async fn a_terminal_has_its_size_and_follows_a_resize() {
+    let agent = Agent::start().await;
+    let mut spec = spec(&["sh", "-c", "stty size; read line; stty size"]);
+    spec.tty = Some(TtySize {
+        cols: 100,
+        rows: 30,
+    });
+    spec.stdin = true;
+    let mut session = agent.client().exec(spec).await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("30 100") {
+        let chunk = session.output.next().await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk.data));
+    }
+    session
+        .control
+        .resize(TtySize {
+            cols: 132,
+            rows: 50,
+        })
+        .await
+        .unwrap();
+    session
+        .control
+        .write_stdin(Bytes::from_static(b"go\n"))
+        .await
+        .unwrap();
+    let (out, _, code) = collect(session).await;
+    assert!(out.contains("50 132"), "{out:?}");
+    assert_eq!(code, 0);
+    // A command without a terminal cannot be resized.
+    let plain = agent.client().exec(spec_sleep()).await.unwrap();
+    let refused = plain.control.resize(TtySize { cols: 1, rows: 1 }).await;
+    assert!(matches!(refused, Err(ProviderError::InvalidRequest { .. })));
+    plain.control.kill().await.unwrap();
+}
+
+fn spec_sleep() -> ExecSpec {
+    spec(&["sh", "-c", "sleep 30 & wait"])
+}
+
+#[tokio::test]
+async fn signals_reach_the_whole_group() {
+    let agent = Agent::start().await;
+    let session = agent.client().exec(spec_sleep()).await.unwrap();
+    session.control.signal(Signal::Term).await.unwrap();
+    let (_, _, code) = tokio::time::timeout(Duration::from_secs(10), collect(session))
+        .await
+        .expect("the command ended on SIGTERM");
+    assert_eq!(code, 128 + 15);
+    let session = agent.client().exec(spec_sleep()).await.unwrap();
+    session.control.kill().await.unwrap();
+    let (_, _, code) = tokio::time::timeout(Duration::from_secs(10), collect(session))
+        .await
+        .expect("the command ended on kill");
+    assert_eq!(code, 128 + 9);
+}
+
+/// Whether a process with this ID is alive (and not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
+}
+
+#[tokio::test]
+async fn closing_the_connection_kills_the_command() {
+    let agent = Agent::start().await;
+    let pid_file = agent.dir.path().join("pid");
+    let script = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+    let session = agent
+        .client()
+        .exec(spec(&["sh", "-c", &script]))
+        .await
+        .unwrap();
+    let mut pid = None;
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(&pid_file) {
+            if let Ok(value) = text.trim().parse::<u32>() {
+                pid = Some(value);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pid = pid.expect("the command started its child");
+    assert!(alive(pid));
+    // The host goes away without a word.
+    drop(session);
+    for _ in 0..300 {
+        if !alive(pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the command's child {pid} outlived the connection");
+}
+
+#[tokio::test]
+async fn a_missing_program_or_directory_is_named() {
+    let agent = Agent::start().await;
+    let Err(err) = agent.client().exec(spec(&["/no/such/program"])).await else {
+        panic!("ran a missing program");
+    };
+    assert!(
+        matches!(&err, ProviderError::InvalidRequest { message } if message.contains("/no/such/program")),
+        "{err:?}"
+    );
+    let mut spec = spec(&["true"]);
+    spec.workdir = Some(SandboxPath::parse("/no/such/dir").unwrap());
+    let Err(err) = agent.client().exec(spec).await else {
+        panic!("ran in a missing directory");
+    };
+    assert!(err.to_string().contains("/no/such/dir"), "{err}");
+}
+
+fn content(chunks: Vec<Bytes>) -> svc_provider::ByteStream {
+    Box::pin(futures::stream::iter(chunks.into_iter().map(Ok)))
+}
+
+async fn read_all(client: &AgentClient, path: &SandboxPath) -> Vec<u8> {
+    let mut stream = client.read_file(path).await.unwrap();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        bytes.extend_from_slice(&chunk.unwrap());
+    }
+    bytes
+}
+
+#[tokio::test]
+async fn files_stream_both_ways_and_every_operation_answers() {
+    let agent = Agent::start().await;
+    let client = agent.client();
+    // 5 MiB in uneven chunks, into a directory that does not exist yet.
+    let pattern: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let chunks = pattern
+        .chunks(700 * 1024)
+        .map(Bytes::copy_from_slice)
+        .collect();
+    let big = agent.non_root("deep/er/big.bin");
+    client
+        .write_file(&big, 0o640, content(chunks))
+        .await
+        .unwrap();
+    assert_eq!(read_all(&client, &big).await, pattern);
+    let info = client.stat(&big).await.unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.size, info.mode, info.is_dir),
+        ("big.bin", pattern.len() as u64, 0o640, false)
+    );
+    // Listing, sorted by name, directories marked.
+    let small = agent.non_root("deep/a.txt");
+    client
+        .write_file(&small, 0o644, content(vec![Bytes::from_static(b"hi")]))
+        .await
+        .unwrap();
+    let listed = client.list_dir(&agent.path("deep")).await.unwrap();
+    let names: Vec<_> = listed.iter().map(|f| (f.name.as_str(), f.is_dir)).collect();
+    assert_eq!(names, [("a.txt", false), ("er", true)]);
+    // Glob, move, chmod.
+    let pattern_text = format!("{}/deep/**/*.bin", agent.dir.path().display());
+    let found = client
+        .glob(&SandboxGlob::new(&pattern_text).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(found, [big.to_string()]);
+    let moved = agent.non_root("moved/a.txt");
+    client.move_path(&small, &moved).await.unwrap();
+    client.chmod(&moved, 0o600).await.unwrap();
+    assert_eq!(client.stat(&moved).await.unwrap().mode, 0o600);
+    assert!(matches!(
+        client.stat(&small).await,
+        Err(ProviderError::FileNotFound { .. })
+    ));
+    // A non-empty directory goes only when asked to.
+    let deep = agent.non_root("deep");
+    let refused = client.delete_file(&deep, false).await.unwrap_err();
+    assert!(refused.to_string().contains("not empty"), "{refused}");
+    client.delete_file(&deep, true).await.unwrap();
+    assert!(!agent.dir.path().join("deep").exists());
+}
+
+#[tokio::test]
+async fn file_errors_are_typed_and_a_broken_upload_leaves_nothing() {
+    let agent = Agent::start().await;
+    let client = agent.client();
+    let missing = agent.path("missing.txt");
+    let Err(err) = client.read_file(&missing).await else {
+        panic!("read a missing file");
+    };
+    assert_eq!(
+        err,
+        ProviderError::FileNotFound {
+            path: missing.to_string()
+        }
+    );
+    let Err(err) = client.read_file(&agent.path("")).await else {
+        panic!("read a directory");
+    };
+    assert!(err.to_string().contains("is a directory"), "{err}");
+    // An upload whose source fails midway: the target keeps its old content, and no
+    // temporary file is left beside it.
+    let target = agent.non_root("kept.txt");
+    client
+        .write_file(&target, 0o644, content(vec![Bytes::from_static(b"old")]))
+        .await
+        .unwrap();
+    let failing: svc_provider::ByteStream = Box::pin(futures::stream::iter(vec![
+        Ok(Bytes::from_static(b"new and partial")),
+        Err(ProviderError::failed("the client went away")),
+    ]));
+    assert!(client.write_file(&target, 0o644, failing).await.is_err());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(read_all(&client, &target).await, b"old");
+    let leftovers: Vec<_> = std::fs::read_dir(agent.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("svc-upload"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A raw connection, for what the client would never send.
+async fn raw(socket: &Path) -> Framed<tokio::net::UnixStream, FrameCodec> {
+    Framed::new(
+        tokio::net::UnixStream::connect(socket).await.unwrap(),
+        FrameCodec,
+    )
+}
+
+#[tokio::test]
+async fn another_version_or_a_malformed_frame_is_refused_and_the_agent_serves_on() {
+    let agent = Agent::start().await;
+    let mut connection = raw(&agent.socket).await;
+    let future = Request {
+        version: 99,
+        op: Op::Hello,
+    };
+    connection
+        .send(Frame::json(&future).unwrap())
+        .await
+        .unwrap();
+    let reply: Reply = connection.next().await.unwrap().unwrap().parse().unwrap();
+    assert!(
+        matches!(&reply, Reply::Error { kind: svc_agent_proto::ErrorKind::UnsupportedVersion, message } if message.contains("99")),
+        "{reply:?}"
+    );
+    // A frame claiming more than the limit: the connection is dropped, nothing buffered.
+    let mut stream = tokio::net::UnixStream::connect(&agent.socket)
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &[0xff, 0xff, 0xff, 0xff, 1])
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut rest),
+    )
+    .await
+    .expect("the agent closed the connection");
+    assert!(read.is_ok_and(|n| n == 0) || rest.is_empty());
+    // An operation this agent does not know.
+    let mut connection = raw(&agent.socket).await;
+    let unknown = Frame {
+        kind: svc_agent_proto::FrameKind::Json,
+        payload: Bytes::from_static(br#"{"version":1,"op":"teleport"}"#),
+    };
+    connection.send(unknown).await.unwrap();
+    let reply: Reply = connection.next().await.unwrap().unwrap().parse().unwrap();
+    assert!(
+        matches!(
+            &reply,
+            Reply::Error {
+                kind: svc_agent_proto::ErrorKind::Invalid,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    // And it still serves.
+    agent.client().hello().await.unwrap();
+}

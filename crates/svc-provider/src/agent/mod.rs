@@ -1,0 +1,464 @@
+//! The host side of the guest agent protocol (`svc-agent-proto`): what the microVM providers
+//! (and the Docker fast path) call to run commands and move files inside a sandbox. Each
+//! operation opens its own connection through a [`Connector`]: a plain Unix socket, or a VMM's
+//! vsock socket after its `CONNECT <port>` handshake.
+//!
+//! Results come back as the provider types ([`ExecSession`], [`ByteStream`], [`FileInfo`]), and
+//! the agent's error kinds as [`ProviderError`]s, so a provider built on the agent is a thin
+//! layer over [`AgentClient`].
+
+mod connect;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{SplitSink, SplitStream};
+use futures::{FutureExt, SinkExt, StreamExt};
+use svc_agent_proto::{
+    Control, ErrorKind, FileEntry, Frame, FrameCodec, FrameKind, Op, Reply, Request, WindowSize,
+};
+use svc_core::glob::SandboxGlob;
+use svc_core::path::{NonRootPath, SandboxPath};
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::codec::Framed;
+
+pub use connect::{AgentStream, Connector, UnixConnector, VsockConnector};
+
+use crate::{
+    ByteStream, ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, FileInfo, ProviderError,
+    Signal, StdStream, TtySize,
+};
+
+type Connection = Framed<AgentStream, FrameCodec>;
+
+/// What the agent said about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHello {
+    /// The protocol version it speaks.
+    pub version: u32,
+    /// Its build.
+    pub agent_version: String,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+}
+
+/// Talks to one sandbox's agent.
+#[derive(Clone)]
+pub struct AgentClient {
+    connector: Arc<dyn Connector>,
+}
+
+fn protocol(err: svc_agent_proto::ProtocolError) -> ProviderError {
+    match err {
+        svc_agent_proto::ProtocolError::Io(io) => ProviderError::Unavailable {
+            message: format!("the guest agent is unreachable: {io}"),
+        },
+        other => ProviderError::failed(format!("guest agent: {other}")),
+    }
+}
+
+/// The provider error an agent's error reply stands for.
+fn agent_error(kind: ErrorKind, message: String, path: Option<&SandboxPath>) -> ProviderError {
+    match (kind, path) {
+        (ErrorKind::NotFound, Some(path)) => ProviderError::FileNotFound {
+            path: path.to_string(),
+        },
+        (ErrorKind::NotFound | ErrorKind::Invalid, _) => ProviderError::InvalidRequest { message },
+        (ErrorKind::UnsupportedVersion, _) => {
+            ProviderError::failed(format!("guest agent of another version: {message}"))
+        }
+        (ErrorKind::Failed, _) => ProviderError::failed(message),
+    }
+}
+
+fn file_info(entry: FileEntry) -> FileInfo {
+    FileInfo {
+        name: entry.name,
+        path: entry.path,
+        size: entry.size,
+        is_dir: entry.is_dir,
+        mod_time: chrono::DateTime::from_timestamp_nanos(entry.mtime_ns),
+        mode: entry.mode,
+    }
+}
+
+fn unexpected(reply: &Reply) -> ProviderError {
+    ProviderError::failed(format!("guest agent answered out of turn: {reply:?}"))
+}
+
+impl AgentClient {
+    /// A client reaching the agent through `connector`.
+    pub fn new(connector: Arc<dyn Connector>) -> Self {
+        AgentClient { connector }
+    }
+
+    /// A connection with `op` sent.
+    async fn open(&self, op: Op) -> Result<Connection, ProviderError> {
+        let stream = self.connector.connect().await?;
+        let mut connection = Framed::new(stream, FrameCodec);
+        let request = Frame::json(&Request::new(op)).map_err(protocol)?;
+        connection.send(request).await.map_err(protocol)?;
+        Ok(connection)
+    }
+
+    /// The next JSON reply; a closed connection is the agent going away.
+    async fn reply(connection: &mut Connection) -> Result<Reply, ProviderError> {
+        loop {
+            match connection.next().await {
+                Some(Ok(frame)) if frame.kind == FrameKind::Json => {
+                    return frame.parse().map_err(protocol)
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(err)) => return Err(protocol(err)),
+                None => {
+                    return Err(ProviderError::Unavailable {
+                        message: "the guest agent closed the connection".into(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// One request answered by one reply.
+    async fn call(&self, op: Op, path: Option<&SandboxPath>) -> Result<Reply, ProviderError> {
+        let mut connection = self.open(op).await?;
+        match Self::reply(&mut connection).await? {
+            Reply::Error { kind, message } => Err(agent_error(kind, message, path)),
+            reply => Ok(reply),
+        }
+    }
+
+    /// Version handshake and health.
+    pub async fn hello(&self) -> Result<AgentHello, ProviderError> {
+        match self.call(Op::Hello, None).await? {
+            Reply::Hello {
+                version,
+                agent_version,
+                uptime_secs,
+            } => Ok(AgentHello {
+                version,
+                agent_version,
+                uptime_secs,
+            }),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Starts a command; see [`ExecSession`].
+    pub async fn exec(&self, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
+        let op = Op::Exec {
+            argv: spec.argv,
+            env: spec.env.into_iter().collect(),
+            workdir: spec.workdir.map(|w| w.to_string()),
+            tty: spec.tty.map(|t| WindowSize {
+                cols: t.cols,
+                rows: t.rows,
+            }),
+            stdin: spec.stdin,
+        };
+        let mut connection = self.open(op).await?;
+        match Self::reply(&mut connection).await? {
+            Reply::Started { .. } => {}
+            Reply::Error { kind, message } => return Err(agent_error(kind, message, None)),
+            other => return Err(unexpected(&other)),
+        }
+        let (sink, frames) = connection.split();
+        let (output, received) = mpsc::channel(8);
+        let (exit_tx, exit_rx) = oneshot::channel();
+        tokio::spawn(demultiplex(frames, output, exit_tx));
+        let control = Arc::new(AgentControl {
+            sink: Mutex::new(sink),
+            tty: spec.tty.is_some(),
+        });
+        let exit = async move {
+            exit_rx.await.unwrap_or_else(|_| {
+                Err(ProviderError::Unavailable {
+                    message: "the guest agent closed the connection before the command ended"
+                        .into(),
+                })
+            })
+        }
+        .boxed();
+        Ok(ExecSession {
+            output: Box::pin(ReceiverStream::new(received)),
+            control,
+            exit,
+        })
+    }
+
+    /// Writes a file (creating parent directories) with `mode`, streaming `content`.
+    pub async fn write_file(
+        &self,
+        path: &NonRootPath,
+        mode: u32,
+        mut content: ByteStream,
+    ) -> Result<(), ProviderError> {
+        let op = Op::WriteFile {
+            path: path.to_string(),
+            mode,
+        };
+        let mut connection = self.open(op).await?;
+        while let Some(chunk) = content.next().await {
+            let mut chunk = chunk?;
+            while !chunk.is_empty() {
+                let piece = chunk.split_to(chunk.len().min(svc_agent_proto::MAX_CHUNK));
+                let frame = Frame::bytes(FrameKind::Data, piece);
+                if let Err(err) = connection.send(frame).await {
+                    // The agent may have refused the upload already: its reply says why.
+                    return match Self::reply(&mut connection).await {
+                        Ok(Reply::Error { kind, message }) => {
+                            Err(agent_error(kind, message, Some(path)))
+                        }
+                        _ => Err(protocol(err)),
+                    };
+                }
+            }
+        }
+        connection.send(Frame::end()).await.map_err(protocol)?;
+        match Self::reply(&mut connection).await? {
+            Reply::Done => Ok(()),
+            Reply::Error { kind, message } => Err(agent_error(kind, message, Some(path))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Streams a file's bytes.
+    pub async fn read_file(&self, path: &SandboxPath) -> Result<ByteStream, ProviderError> {
+        let op = Op::ReadFile {
+            path: path.to_string(),
+        };
+        let mut connection = self.open(op).await?;
+        match Self::reply(&mut connection).await? {
+            Reply::File { .. } => {}
+            Reply::Error { kind, message } => return Err(agent_error(kind, message, Some(path))),
+            other => return Err(unexpected(&other)),
+        }
+        let path = path.clone();
+        let stream = futures::stream::unfold(Some(connection), move |state| {
+            let path = path.clone();
+            async move {
+                let mut connection = state?;
+                match connection.next().await {
+                    Some(Ok(frame)) => match frame.kind {
+                        FrameKind::FileData => Some((Ok(frame.payload), Some(connection))),
+                        FrameKind::End => None,
+                        FrameKind::Json => {
+                            let err = match frame.parse::<Reply>() {
+                                Ok(Reply::Error { kind, message }) => {
+                                    agent_error(kind, message, Some(&path))
+                                }
+                                Ok(other) => unexpected(&other),
+                                Err(err) => protocol(err),
+                            };
+                            Some((Err(err), None))
+                        }
+                        other => Some((
+                            Err(ProviderError::failed(format!(
+                                "guest agent sent a {other:?} frame inside a file"
+                            ))),
+                            None,
+                        )),
+                    },
+                    Some(Err(err)) => Some((Err(protocol(err)), None)),
+                    None => Some((
+                        Err(ProviderError::Unavailable {
+                            message: "the guest agent closed the connection mid-file".into(),
+                        }),
+                        None,
+                    )),
+                }
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+
+    /// Deletes a file, or a directory (non-empty ones only when `recursive`).
+    pub async fn delete_file(
+        &self,
+        path: &NonRootPath,
+        recursive: bool,
+    ) -> Result<(), ProviderError> {
+        let op = Op::Delete {
+            path: path.to_string(),
+            recursive,
+        };
+        self.done(op, path).await
+    }
+
+    /// Moves a file or directory, replacing an existing destination file.
+    pub async fn move_path(
+        &self,
+        from: &NonRootPath,
+        to: &NonRootPath,
+    ) -> Result<(), ProviderError> {
+        let op = Op::Move {
+            from: from.to_string(),
+            to: to.to_string(),
+        };
+        self.done(op, from).await
+    }
+
+    /// Changes permission bits.
+    pub async fn chmod(&self, path: &SandboxPath, mode: u32) -> Result<(), ProviderError> {
+        let op = Op::Chmod {
+            path: path.to_string(),
+            mode,
+        };
+        self.done(op, path).await
+    }
+
+    async fn done(&self, op: Op, path: &SandboxPath) -> Result<(), ProviderError> {
+        match self.call(op, Some(path)).await? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Lists a directory, sorted by name.
+    pub async fn list_dir(&self, path: &SandboxPath) -> Result<Vec<FileInfo>, ProviderError> {
+        let op = Op::ListDir {
+            path: path.to_string(),
+        };
+        match self.call(op, Some(path)).await? {
+            Reply::Entries { entries } => Ok(entries.into_iter().map(file_info).collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Describes one path.
+    pub async fn stat(&self, path: &SandboxPath) -> Result<FileInfo, ProviderError> {
+        let op = Op::Stat {
+            path: path.to_string(),
+        };
+        match self.call(op, Some(path)).await? {
+            Reply::Info { entry } => Ok(file_info(entry)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Absolute paths matching an absolute glob, sorted.
+    pub async fn glob(&self, pattern: &SandboxGlob) -> Result<Vec<String>, ProviderError> {
+        let op = Op::Glob {
+            pattern: pattern.pattern().to_owned(),
+        };
+        match self.call(op, None).await? {
+            Reply::Paths { paths } => Ok(paths),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// Routes an exec's frames: output chunks to `output` (a slow reader slows the agent, never
+/// memory), the ending to `exit`. When the session is dropped without its end being awaited,
+/// the connection is let go, and the agent kills the command.
+async fn demultiplex(
+    mut frames: SplitStream<Connection>,
+    output: mpsc::Sender<Result<ExecChunk, ProviderError>>,
+    mut exit: oneshot::Sender<Result<ExitStatus, ProviderError>>,
+) {
+    let ending = loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            () = abandoned(&output, &mut exit) => return,
+        };
+        let Some(frame) = frame else {
+            break Err(ProviderError::Unavailable {
+                message: "the guest agent closed the connection before the command ended".into(),
+            });
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(err) => break Err(protocol(err)),
+        };
+        let stream = match frame.kind {
+            FrameKind::Stdout => StdStream::Stdout,
+            FrameKind::Stderr => StdStream::Stderr,
+            FrameKind::Json => match frame.parse::<Reply>() {
+                Ok(Reply::Exit { code }) => break Ok(ExitStatus { code }),
+                Ok(Reply::Error { kind, message }) => break Err(agent_error(kind, message, None)),
+                Ok(other) => break Err(unexpected(&other)),
+                Err(err) => break Err(protocol(err)),
+            },
+            _ => continue,
+        };
+        let chunk = ExecChunk {
+            stream,
+            data: frame.payload,
+        };
+        // A reader that stopped listening may still await the exit status.
+        let _ = output.send(Ok(chunk)).await;
+    };
+    drop(output);
+    let _ = exit.send(ending);
+}
+
+/// Resolves once nobody reads the output or awaits the exit any more.
+async fn abandoned(
+    output: &mpsc::Sender<Result<ExecChunk, ProviderError>>,
+    exit: &mut oneshot::Sender<Result<ExitStatus, ProviderError>>,
+) {
+    output.closed().await;
+    exit.closed().await;
+}
+
+/// Stdin, resizes and signals of an exec, sent on its connection.
+struct AgentControl {
+    sink: Mutex<SplitSink<Connection, Frame>>,
+    tty: bool,
+}
+
+impl AgentControl {
+    async fn send(&self, frame: Frame) -> Result<(), ProviderError> {
+        self.sink.lock().await.send(frame).await.map_err(protocol)
+    }
+
+    async fn control(&self, control: &Control) -> Result<(), ProviderError> {
+        self.send(Frame::json(control).map_err(protocol)?).await
+    }
+}
+
+#[async_trait]
+impl ExecControl for AgentControl {
+    async fn write_stdin(&self, data: Bytes) -> Result<(), ProviderError> {
+        let mut data = data;
+        while !data.is_empty() {
+            let piece = data.split_to(data.len().min(svc_agent_proto::MAX_CHUNK));
+            self.send(Frame::bytes(FrameKind::Data, piece)).await?;
+        }
+        Ok(())
+    }
+
+    async fn close_stdin(&self) -> Result<(), ProviderError> {
+        self.send(Frame::end()).await
+    }
+
+    async fn resize(&self, size: TtySize) -> Result<(), ProviderError> {
+        if !self.tty {
+            return Err(ProviderError::InvalidRequest {
+                message: "resize needs a command started with tty: true".into(),
+            });
+        }
+        self.control(&Control::Resize(WindowSize {
+            cols: size.cols,
+            rows: size.rows,
+        }))
+        .await
+    }
+
+    async fn signal(&self, signal: Signal) -> Result<(), ProviderError> {
+        self.control(&Control::Signal {
+            signal: signal.number(),
+        })
+        .await
+    }
+
+    async fn kill(&self) -> Result<(), ProviderError> {
+        // Closing the connection makes the agent kill the whole group too; the signal is
+        // sent first so the kill does not wait for the close to be noticed.
+        let result = self.signal(Signal::Kill).await;
+        let _ = self.sink.lock().await.close().await;
+        result
+    }
+}
