@@ -1,19 +1,34 @@
-//! `svc-agent`: svc's guest agent. Inside a microVM it is the init process and serves the
-//! agent protocol (`svc-agent-proto`) on vsock; given `--unix PATH` it serves the same protocol
-//! on a Unix socket (tests, and containers whose init it is).
+//! `svc-agent`: svc's guest agent. Inside a microVM it is the init process (PID 1, see
+//! `init.rs`) and serves the agent protocol (`svc-agent-proto`) on vsock port
+//! [`svc_agent_proto::AGENT_PORT`]; `--vsock PORT` serves on another port, and `--unix PATH`
+//! serves the same protocol on a Unix socket (tests, and containers whose init it is).
 
 mod exec;
 mod files;
+mod init;
 mod serve;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: svc-agent --unix PATH";
+const USAGE: &str = "usage: svc-agent [--unix PATH | --vsock PORT | --version]";
+
+enum Listen {
+    Unix(std::path::PathBuf),
+    Vsock(u32),
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let socket = match args.as_slice() {
-        [flag, path] if flag == "--unix" => std::path::PathBuf::from(path),
+    let listen = match args.as_slice() {
+        [] if std::process::id() == 1 => init::run(svc_agent_proto::AGENT_PORT),
+        [flag, path] if flag == "--unix" => Listen::Unix(std::path::PathBuf::from(path)),
+        [flag, port] if flag == "--vsock" => match port.parse() {
+            Ok(port) => Listen::Vsock(port),
+            Err(_) => {
+                eprintln!("svc-agent: --vsock needs a port number, got {port:?}");
+                return ExitCode::from(2);
+            }
+        },
         [flag] if flag == "--version" => {
             println!(
                 "svc-agent {} (protocol {})",
@@ -37,7 +52,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve::unix(&socket)) {
+    let served = runtime.block_on(async {
+        match listen {
+            Listen::Unix(path) => serve::unix(&path).await,
+            Listen::Vsock(port) => serve::vsock(port).await,
+        }
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("svc-agent: {err}");

@@ -51,6 +51,18 @@ pub(crate) async fn unix(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Serves on vsock `port` (any CID) until the process ends.
+pub(crate) async fn vsock(port: u32) -> std::io::Result<()> {
+    let address = tokio_vsock::VsockAddr::new(tokio_vsock::VMADDR_CID_ANY, port);
+    let listener = tokio_vsock::VsockListener::bind(address)?;
+    eprintln!("svc-agent: serving on vsock port {port}");
+    let started = Instant::now();
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::spawn(connection(stream, started));
+    }
+}
+
 /// One connection: the request, then its operation.
 async fn connection<S>(stream: S, started: Instant)
 where

@@ -9,6 +9,7 @@ pub mod docker;
 mod error;
 mod exec;
 mod files;
+pub mod microvm;
 pub mod mock;
 mod process;
 mod provider;
