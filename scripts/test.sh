@@ -5,8 +5,9 @@
 #
 # What the tests use: a temporary SQLite file, the mock provider, a real Docker engine with
 # locally built test images (scripts/docker-test-env.sh), `promtool` (Debian's `prometheus`
-# package) to check the metrics exposition, and the machine's PostgreSQL 15 cluster with a fresh
-# database per run (scripts/postgres-test-env.sh).
+# package) to check the metrics exposition, the machine's PostgreSQL 15 cluster with a fresh
+# database per run (scripts/postgres-test-env.sh), and QEMU with a guest kernel, the static guest
+# agent and vhost-device-vsock for the microVM tests (scripts/microvm-assets.sh).
 #
 # SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
 set -euo pipefail
@@ -44,6 +45,13 @@ ensure_postgres
 ensure_restartable_postgres
 # The PostgreSQL tests fail instead of skipping when the database is missing.
 export SVC_TEST_REQUIRE_POSTGRES=1
+
+# The microVM assets (QEMU, the guest kernel, the static agent, the vsock backend), cached
+# outside the clone in $SVC_MICROVM_ASSETS; the microVM tests fail instead of skipping without.
+export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
+say "preparing the microVM assets in $SVC_MICROVM_ASSETS (scripts/microvm-assets.sh)"
+bash scripts/microvm-assets.sh >/dev/null || die "scripts/microvm-assets.sh failed (see its messages above)"
+export SVC_TEST_REQUIRE_MICROVM=1
 
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

@@ -410,3 +410,113 @@ async fn another_version_or_a_malformed_frame_is_refused_and_the_agent_serves_on
     // And it still serves.
     agent.client().hello().await.unwrap();
 }
+
+/// The microVM assets `scripts/microvm-assets.sh` prepares, or `None` after saying so (they
+/// are required in CI, where `scripts/test.sh` prepares them).
+fn microvm_assets() -> Option<PathBuf> {
+    let dir = PathBuf::from(
+        std::env::var("SVC_MICROVM_ASSETS").unwrap_or_else(|_| "/var/cache/svc-microvm".into()),
+    );
+    let needed = [
+        "vmlinux",
+        "svc-agent",
+        "modules/order",
+        "vhost/bin/vhost-device-vsock",
+    ];
+    let missing: Vec<_> = needed.iter().filter(|n| !dir.join(n).exists()).collect();
+    if missing.is_empty() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_none() && std::env::var_os("CI").is_none(),
+        "microVM assets missing in {}: {missing:?} (scripts/microvm-assets.sh prepares them)",
+        dir.display()
+    );
+    eprintln!(
+        "SKIPPED: no microVM assets in {} ({missing:?}); the microVM test did not run",
+        dir.display()
+    );
+    None
+}
+
+/// A root filesystem of busybox alone (static, from the host).
+fn busybox_root(root: &Path) {
+    for dir in ["bin", "root", "tmp", "etc", "proc", "sys", "dev", "run"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    for tool in ["sh", "uname", "hostname", "cat", "sleep", "echo", "ls"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_serves_from_inside_a_qemu_microvm() {
+    use svc_provider::microvm::{initramfs, qemu, rootfs};
+    let Some(assets) = microvm_assets() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let initrd = work.path().join("initrd.cpio");
+    let image = initramfs::build(&assets.join("svc-agent"), &assets.join("modules")).unwrap();
+    std::fs::write(&initrd, image).unwrap();
+    let root = work.path().join("root");
+    busybox_root(&root);
+    let disk = work.path().join("root.ext4");
+    let size = rootfs::build_ext4(&root, &disk).await.unwrap();
+    assert_eq!(std::fs::metadata(&disk).unwrap().len(), size);
+    let host = qemu::QemuHost {
+        qemu: PathBuf::from("qemu-system-x86_64"),
+        vsock_backend: assets.join("vhost/bin/vhost-device-vsock"),
+        kernel: assets.join("vmlinux"),
+        initramfs: initrd,
+        accel: "tcg".into(),
+    };
+    let vm_dir = work.path().join("vm");
+    let vm = host
+        .boot(&qemu::VmSpec {
+            dir: vm_dir.clone(),
+            root_disk: disk,
+            memory_mb: 256,
+            vcpus: 1,
+            boot_timeout: Duration::from_secs(60),
+            hostname: "svc-test".into(),
+        })
+        .await
+        .expect("the microVM booted and its agent answered");
+    eprintln!("microVM boot to agent ready: {:?}", vm.boot_time);
+    let agent = vm.agent().clone();
+    // Its own kernel, its own host name, the host's clock.
+    let (out, _, code) = collect(
+        agent
+            .exec(spec(&["sh", "-c", "uname -r; hostname; echo $GREETING"]))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, 0);
+    let lines: Vec<_> = out.lines().collect();
+    assert!(lines[0].ends_with("cloud-amd64"), "{out}");
+    assert_eq!(&lines[1..], ["svc-test", "hello"]);
+    // Files inside the guest, streamed both ways.
+    let file = NonRootPath::new(SandboxPath::parse("/root/data/hello.txt").unwrap()).unwrap();
+    let payload: Vec<u8> = (0..300_000).map(|i| (i % 251) as u8).collect();
+    agent
+        .write_file(&file, 0o600, content(vec![Bytes::from(payload.clone())]))
+        .await
+        .unwrap();
+    assert_eq!(read_all(&agent, &file).await, payload);
+    assert_eq!(agent.stat(&file).await.unwrap().mode, 0o600);
+    // A signal ends a command inside.
+    let session = agent.exec(spec_sleep()).await.unwrap();
+    session.control.kill().await.unwrap();
+    let (_, _, code) = tokio::time::timeout(Duration::from_secs(20), collect(session))
+        .await
+        .expect("the command ended on kill");
+    assert_eq!(code, 128 + 9);
+    // Shutdown leaves nothing behind.
+    let pid = vm.pid().unwrap();
+    vm.shutdown().await;
+    assert!(!vm_dir.exists());
+    assert!(!alive(pid), "qemu {pid} outlived its VM");
+}

@@ -455,10 +455,8 @@ impl ExecControl for AgentControl {
     }
 
     async fn kill(&self) -> Result<(), ProviderError> {
-        // Closing the connection makes the agent kill the whole group too; the signal is
-        // sent first so the kill does not wait for the close to be noticed.
-        let result = self.signal(Signal::Kill).await;
-        let _ = self.sink.lock().await.close().await;
-        result
+        // The agent kills the whole group. The connection stays open for the exit status: a
+        // VMM's vsock may turn a half-close into a full one.
+        self.signal(Signal::Kill).await
     }
 }

@@ -3,3 +3,5 @@
 //! reaches its agent.
 
 pub mod initramfs;
+pub mod qemu;
+pub mod rootfs;
