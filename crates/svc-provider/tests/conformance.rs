@@ -66,6 +66,71 @@ async fn docker() -> Option<Backend> {
     })
 }
 
+/// The microVM assets `scripts/microvm-assets.sh` prepares, or a loud skip when they are
+/// missing and not required.
+fn microvm_assets() -> Option<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(
+        std::env::var("SVC_MICROVM_ASSETS").unwrap_or_else(|_| "/var/cache/svc-microvm".into()),
+    );
+    let needed = [
+        "vmlinux",
+        "svc-agent",
+        "modules/order",
+        "vhost/bin/vhost-device-vsock",
+    ];
+    let missing: Vec<_> = needed.iter().filter(|n| !dir.join(n).exists()).collect();
+    if missing.is_empty() {
+        return Some(dir);
+    }
+    if std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_some() || std::env::var_os("CI").is_some() {
+        panic!(
+            "microVM assets missing in {}: {missing:?} (scripts/microvm-assets.sh prepares them)",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED (loudly): no microVM assets in {} ({missing:?}); run scripts/microvm-assets.sh",
+        dir.display()
+    );
+    None
+}
+
+/// A QEMU microVM provider (emulated CPU) over the machine's assets, its image a busybox root
+/// filesystem with every applet.
+async fn qemu() -> Option<Backend> {
+    let assets = microvm_assets()?;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("image");
+    for sub in ["bin", "root", "tmp", "etc", "proc", "sys", "dev", "run"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    let applets = std::process::Command::new("/bin/busybox")
+        .arg("--list")
+        .output()
+        .unwrap();
+    for applet in String::from_utf8_lossy(&applets.stdout).split_whitespace() {
+        if applet != "busybox" {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+        }
+    }
+    let config = svc_core::config::QemuProviderConfig {
+        enabled: true,
+        kernel_path: assets.join("vmlinux"),
+        agent_path: assets.join("svc-agent"),
+        vsock_backend_path: assets.join("vhost/bin/vhost-device-vsock"),
+        data_dir: dir.path().join("vms"),
+        rootfs_dir: dir.path().join("rootfs"),
+        accel: svc_core::config::QemuAccel::Tcg,
+        ..Default::default()
+    };
+    Some(Backend {
+        provider: Arc::new(svc_provider::microvm::QemuProvider::new(config)),
+        image: root.display().to_string(),
+        _guard: Some(dir),
+    })
+}
+
 /// A sandbox for one case, destroyed at the end even when the case panics.
 struct Sandbox {
     provider: Arc<dyn Provider>,
@@ -726,7 +791,7 @@ macro_rules! all_cases {
     };
 }
 
-all_cases!(mock, docker);
+all_cases!(mock, docker, qemu);
 
 /// Reading and writing files needs nothing inside the image: not even a shell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,7 +87,7 @@ async fn retired_providers(
     Ok(retired)
 }
 
-/// The enabled providers, in the order `docker`, `firecracker`, `mock`, and the default.
+/// The enabled providers, in the order `docker`, `qemu`, `mock`, and the default.
 pub(crate) async fn providers(
     config: &Config,
     clock: Arc<dyn Clock>,
@@ -110,6 +110,13 @@ pub(crate) async fn providers(
     }
     if config.providers.firecracker.enabled {
         tracing::warn!("providers.firecracker.enabled is set, but the firecracker provider is not part of this build yet");
+    }
+    if config.providers.qemu.enabled {
+        let qemu = svc_provider::microvm::QemuProvider::new(config.providers.qemu.clone());
+        if let Err(err) = qemu.health().await {
+            tracing::warn!(error = %err, "the qemu provider is unhealthy");
+        }
+        providers.push(Arc::new(qemu));
     }
     if config.providers.mock.enabled {
         providers.push(Arc::new(MockProvider::new(mock_root(config))));

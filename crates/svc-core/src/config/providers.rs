@@ -6,14 +6,23 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::duration::GoDuration;
+
 /// Name of the mock provider.
 pub const PROVIDER_MOCK: &str = "mock";
 /// Name of the Docker provider.
 pub const PROVIDER_DOCKER: &str = "docker";
 /// Name of the Firecracker provider.
 pub const PROVIDER_FIRECRACKER: &str = "firecracker";
+/// Name of the QEMU microVM provider.
+pub const PROVIDER_QEMU: &str = "qemu";
 /// Every provider name a configuration may refer to.
-pub const KNOWN_PROVIDERS: [&str; 3] = [PROVIDER_MOCK, PROVIDER_DOCKER, PROVIDER_FIRECRACKER];
+pub const KNOWN_PROVIDERS: [&str; 4] = [
+    PROVIDER_MOCK,
+    PROVIDER_DOCKER,
+    PROVIDER_FIRECRACKER,
+    PROVIDER_QEMU,
+];
 
 /// `providers.*` keys.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -27,6 +36,8 @@ pub struct ProvidersConfig {
     pub docker: DockerProviderConfig,
     /// `providers.firecracker.*`.
     pub firecracker: FirecrackerProviderConfig,
+    /// `providers.qemu.*`.
+    pub qemu: QemuProviderConfig,
 }
 
 impl ProvidersConfig {
@@ -36,6 +47,7 @@ impl ProvidersConfig {
             PROVIDER_MOCK => Some(self.mock.enabled),
             PROVIDER_DOCKER => Some(self.docker.enabled),
             PROVIDER_FIRECRACKER => Some(self.firecracker.enabled),
+            PROVIDER_QEMU => Some(self.qemu.enabled),
             _ => None,
         }
     }
@@ -131,6 +143,72 @@ impl Default for FirecrackerProviderConfig {
             rootfs_dir: PathBuf::new(),
             agent_path: PathBuf::new(),
             data_dir: PathBuf::new(),
+        }
+    }
+}
+
+/// How QEMU runs the guest's CPU (`providers.qemu.accel`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QemuAccel {
+    /// KVM when a timed probe boot at start-up proves it usable, else TCG.
+    #[default]
+    Auto,
+    /// Hardware virtualisation through `/dev/kvm`.
+    Kvm,
+    /// QEMU's software emulation.
+    Tcg,
+}
+
+impl QemuAccel {
+    /// QEMU's `-accel` value; `None` for `auto`, which the probe decides.
+    pub fn as_qemu(self) -> Option<&'static str> {
+        match self {
+            QemuAccel::Auto => None,
+            QemuAccel::Kvm => Some("kvm"),
+            QemuAccel::Tcg => Some("tcg"),
+        }
+    }
+}
+
+/// `providers.qemu.*` keys (decisions §14).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct QemuProviderConfig {
+    /// Off by default: needs QEMU, a kernel, the guest agent and a vsock backend.
+    pub enabled: bool,
+    /// `qemu-system-x86_64`; a bare name is looked up on `PATH`.
+    pub qemu_path: PathBuf,
+    /// The guest kernel (ELF `vmlinux`); the modules the guest loads live beside it in
+    /// `modules/` (see `scripts/microvm-assets.sh`).
+    pub kernel_path: PathBuf,
+    /// Where per-image root filesystems are built and cached.
+    pub rootfs_dir: PathBuf,
+    /// The static guest agent, booted as the guest's init.
+    pub agent_path: PathBuf,
+    /// Per-VM sockets, logs, disks; empty = a directory under the system temp dir.
+    pub data_dir: PathBuf,
+    /// `auto`, `kvm` or `tcg`.
+    pub accel: QemuAccel,
+    /// `vhost-device-vsock`; a bare name is looked up on `PATH`.
+    pub vsock_backend_path: PathBuf,
+    /// How long a guest has until its agent answers; a boot that misses it is killed and
+    /// tried once more.
+    pub boot_timeout: GoDuration,
+}
+
+impl Default for QemuProviderConfig {
+    fn default() -> Self {
+        QemuProviderConfig {
+            enabled: false,
+            qemu_path: PathBuf::from("qemu-system-x86_64"),
+            kernel_path: PathBuf::new(),
+            rootfs_dir: PathBuf::new(),
+            agent_path: PathBuf::new(),
+            data_dir: PathBuf::new(),
+            accel: QemuAccel::Auto,
+            vsock_backend_path: PathBuf::from("vhost-device-vsock"),
+            boot_timeout: GoDuration::from_secs(60),
         }
     }
 }

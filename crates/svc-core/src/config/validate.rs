@@ -105,6 +105,7 @@ impl Config {
         self.validate_server(&mut p);
         self.validate_database(&mut p);
         self.validate_providers(&mut p);
+        self.validate_qemu(&mut p);
         self.validate_defaults(&mut p);
         self.validate_auth(&mut p);
         self.validate_rate_limit(&mut p);
@@ -159,6 +160,31 @@ impl Config {
                 || "is required when the firecracker provider is enabled".to_owned(),
             );
         }
+    }
+
+    fn validate_qemu(&self, p: &mut Problems) {
+        let qemu = &self.providers.qemu;
+        if !qemu.enabled {
+            return;
+        }
+        for (value, key) in [
+            (&qemu.qemu_path, "providers.qemu.qemu_path"),
+            (&qemu.kernel_path, "providers.qemu.kernel_path"),
+            (&qemu.agent_path, "providers.qemu.agent_path"),
+            (
+                &qemu.vsock_backend_path,
+                "providers.qemu.vsock_backend_path",
+            ),
+        ] {
+            p.check(!value.as_os_str().is_empty(), key, || {
+                "is required when the qemu provider is enabled".to_owned()
+            });
+        }
+        p.check(
+            !qemu.boot_timeout.is_zero(),
+            "providers.qemu.boot_timeout",
+            || "must be longer than 0s".to_owned(),
+        );
     }
 
     fn validate_defaults(&self, p: &mut Problems) {

@@ -2,6 +2,11 @@
 //! guest boots (kernel, the initramfs holding the agent, a root disk per image) and how the host
 //! reaches its agent.
 
+mod images;
 pub mod initramfs;
+mod provider;
 pub mod qemu;
 pub mod rootfs;
+
+pub use images::RootfsCache;
+pub use provider::QemuProvider;
