@@ -125,7 +125,7 @@ async fn qemu() -> Option<Backend> {
         ..Default::default()
     };
     Some(Backend {
-        provider: Arc::new(svc_provider::microvm::QemuProvider::new(config)),
+        provider: Arc::new(svc_provider::microvm::QemuProvider::new(config, None)),
         image: root.display().to_string(),
         _guard: Some(dir),
     })
@@ -792,6 +792,68 @@ macro_rules! all_cases {
 }
 
 all_cases!(mock, docker, qemu);
+
+/// A Docker image becomes a cached root disk: exported once, listed in snapshots, booted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_boots_a_docker_image_built_once() {
+    let (Some(assets), Some(docker)) = (microvm_assets(), docker().await) else {
+        return;
+    };
+    let engine = DockerProvider::connect(DockerProviderConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = svc_core::config::QemuProviderConfig {
+        enabled: true,
+        kernel_path: assets.join("vmlinux"),
+        agent_path: assets.join("svc-agent"),
+        vsock_backend_path: assets.join("vhost/bin/vhost-device-vsock"),
+        data_dir: dir.path().join("vms"),
+        rootfs_dir: dir.path().join("rootfs"),
+        accel: svc_core::config::QemuAccel::Tcg,
+        ..Default::default()
+    };
+    let provider: Arc<dyn Provider> = Arc::new(svc_provider::microvm::QemuProvider::new(
+        config,
+        Some(Arc::new(engine)),
+    ));
+    let first = Sandbox::new(Arc::clone(&provider), &docker.image).await;
+    let second = Sandbox::new(Arc::clone(&provider), &docker.image).await;
+    for sandbox in [&first, &second] {
+        let out = sandbox
+            .sh("cat /proc/version; ls /bin/busybox; echo $SANDBOX_DEFAULT")
+            .await;
+        assert!(out.stdout().contains("cloud-amd64"), "{}", out.stdout());
+        assert!(out.stdout().contains("/bin/busybox"), "{}", out.stdout());
+        assert!(
+            out.stdout().ends_with("yes\n"),
+            "the sandbox's environment: {}",
+            out.stdout()
+        );
+    }
+    let snapshots = provider.snapshots().await.unwrap();
+    assert_eq!(snapshots.len(), 1, "built once: {snapshots:?}");
+    assert_eq!(snapshots[0].image, docker.image);
+    assert_eq!(snapshots[0].kernel, "vmlinux");
+    assert!(snapshots[0].size > 0);
+    // An image the engine does not have and cannot pull is refused, leaving nothing behind.
+    let missing = SpawnSpec {
+        id: SandboxId::generate(),
+        image: "svc-test-no-such-image:latest".into(),
+        memory_mb: 256,
+        vcpus: 1,
+        env: BTreeMap::new(),
+        network: None,
+        labels: BTreeMap::new(),
+    };
+    assert!(provider.spawn(&missing).await.is_err());
+    assert_eq!(
+        provider.status(&missing.id).await.unwrap(),
+        svc_provider::RuntimeStatus::Missing
+    );
+    provider.destroy(&first.id).await.unwrap();
+    provider.destroy(&second.id).await.unwrap();
+}
 
 /// Reading and writing files needs nothing inside the image: not even a shell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,7 +112,13 @@ pub(crate) async fn providers(
         tracing::warn!("providers.firecracker.enabled is set, but the firecracker provider is not part of this build yet");
     }
     if config.providers.qemu.enabled {
-        let qemu = svc_provider::microvm::QemuProvider::new(config.providers.qemu.clone());
+        // Images are exported through the Docker engine whether or not the docker provider is
+        // enabled for spawns (decisions §14).
+        let docker = DockerProvider::connect(config.providers.docker.clone())
+            .await
+            .ok()
+            .map(Arc::new);
+        let qemu = svc_provider::microvm::QemuProvider::new(config.providers.qemu.clone(), docker);
         if let Err(err) = qemu.health().await {
             tracing::warn!(error = %err, "the qemu provider is unhealthy");
         }

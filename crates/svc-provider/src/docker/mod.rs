@@ -13,6 +13,8 @@ mod tar;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use std::path::Path;
+
 use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
@@ -208,6 +210,58 @@ impl DockerProvider {
             }),
             ..Default::default()
         }
+    }
+
+    /// The ID (content digest) of `image`, pulled first when the engine lacks it.
+    pub async fn image_id(&self, image: &str) -> Result<String, ProviderError> {
+        let docker = self.client().await?;
+        self.ensure_image(&docker, image).await?;
+        let inspected = docker
+            .inspect_image(image)
+            .await
+            .map_err(|e| engine_error("inspecting the image", &e))?;
+        inspected
+            .id
+            .ok_or_else(|| ProviderError::failed(format!("the engine reported no ID for {image}")))
+    }
+
+    /// Writes the filesystem of `image` to `out` as a tar archive, streamed: a container is
+    /// created (never started), exported and removed.
+    pub async fn export_image(&self, image: &str, out: &Path) -> Result<(), ProviderError> {
+        use tokio::io::AsyncWriteExt;
+        let docker = self.client().await?;
+        self.ensure_image(&docker, image).await?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!("svc-export-{}-{nanos:x}", std::process::id());
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            // Never run; a command is given so images without one can be created.
+            cmd: Some(vec!["/svc-export".to_owned()]),
+            ..Default::default()
+        };
+        docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| engine_error("creating the export container", &e))?;
+        let exported = async {
+            let mut file = tokio::fs::File::create(out).await?;
+            let mut stream = docker.export_container(&name);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| engine_error("exporting the image", &e))?;
+                file.write_all(&chunk).await?;
+            }
+            file.flush().await?;
+            Ok::<(), ProviderError>(())
+        }
+        .await;
+        let removed = self.remove(&name).await;
+        exported.and(removed)
     }
 
     async fn remove(&self, name: &str) -> Result<(), ProviderError> {

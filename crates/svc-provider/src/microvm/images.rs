@@ -1,14 +1,17 @@
 //! Root disks per image, built once and cached in `rootfs_dir` (`GET /snapshots` lists them).
-//! An image that is an absolute path names the content directly: a directory, or a `.tar`
-//! unpacked first. The cache key is the source's path, size and modification time, so a
-//! changed tarball or directory (at its top level) is built again.
+//! An image name is a Docker image, exported through the engine (pulled first when missing)
+//! and cached by its image ID, so a retagged image is built again. An image that is an
+//! absolute path names the content directly: a directory, or a `.tar` unpacked first, cached by
+//! its path, size and modification time.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
+use crate::docker::DockerProvider;
 use crate::{ProviderError, SnapshotInfo};
 
 /// What `<key>.json` beside each `<key>.ext4` says.
@@ -24,8 +27,17 @@ struct SnapshotRecord {
 pub struct RootfsCache {
     dir: PathBuf,
     kernel: String,
+    /// The engine images are exported through.
+    docker: Option<Arc<DockerProvider>>,
     /// One build at a time: two spawns of a new image build it once.
     building: Mutex<()>,
+}
+
+/// Where a root filesystem's content comes from.
+enum Source {
+    Dir(PathBuf),
+    Tar(PathBuf),
+    Docker(String),
 }
 
 fn invalid(message: String) -> ProviderError {
@@ -34,10 +46,11 @@ fn invalid(message: String) -> ProviderError {
 
 impl RootfsCache {
     /// A cache in `dir`, for guests of `kernel` (its file name, shown in snapshots).
-    pub fn new(dir: PathBuf, kernel: String) -> Self {
+    pub fn new(dir: PathBuf, kernel: String, docker: Option<Arc<DockerProvider>>) -> Self {
         RootfsCache {
             dir,
             kernel,
+            docker,
             building: Mutex::new(()),
         }
     }
@@ -47,54 +60,64 @@ impl RootfsCache {
         &self.dir
     }
 
-    /// The root disk of `image`, built when not cached yet.
-    pub async fn root_disk(&self, image: &str) -> Result<PathBuf, ProviderError> {
+    /// Where `image`'s content comes from, and its cache key.
+    async fn source(&self, image: &str) -> Result<(Source, String), ProviderError> {
         let source = Path::new(image);
         if !source.is_absolute() {
-            return Err(invalid(format!(
-                "image {image:?}: the qemu provider builds root filesystems from an absolute \
-                 path to a directory or a .tar file; Docker images are not supported yet"
-            )));
+            let docker = self
+                .docker
+                .as_ref()
+                .ok_or_else(|| ProviderError::Unavailable {
+                    message: format!(
+                        "image {image:?} needs the Docker engine, which is not set up"
+                    ),
+                })?;
+            let id = docker.image_id(image).await?;
+            return Ok((Source::Docker(image.to_owned()), id));
         }
         let metadata = tokio::fs::metadata(source)
             .await
             .map_err(|e| invalid(format!("image {image:?}: {e}")))?;
-        let is_tar = metadata.is_file() && image.ends_with(".tar");
-        if !metadata.is_dir() && !is_tar {
-            return Err(invalid(format!(
-                "image {image:?} is neither a directory nor a .tar file"
-            )));
-        }
         let modified = metadata
             .modified()
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
-        let key = hex::encode(Sha256::digest(
-            format!("{image}\0{}\0{modified}", metadata.len()).as_bytes(),
-        ));
+        let key = format!("{image}\0{}\0{modified}", metadata.len());
+        if metadata.is_dir() {
+            Ok((Source::Dir(source.to_path_buf()), key))
+        } else if metadata.is_file() && image.ends_with(".tar") {
+            Ok((Source::Tar(source.to_path_buf()), key))
+        } else {
+            Err(invalid(format!(
+                "image {image:?} is neither a directory nor a .tar file"
+            )))
+        }
+    }
+
+    /// The root disk of `image`, built when not cached yet.
+    pub async fn root_disk(&self, image: &str) -> Result<PathBuf, ProviderError> {
+        let (source, key) = self.source(image).await?;
+        let key = hex::encode(Sha256::digest(key.as_bytes()));
         let disk = self.dir.join(format!("{}.ext4", &key[..32]));
         let _building = self.building.lock().await;
         if tokio::fs::metadata(&disk).await.is_ok() {
             return Ok(disk);
         }
         tokio::fs::create_dir_all(&self.dir).await?;
-        let size = if is_tar {
-            let unpacked = tempfile::tempdir_in(&self.dir)?;
-            let (tarball, target) = (source.to_path_buf(), unpacked.path().to_path_buf());
-            tokio::task::spawn_blocking(move || {
-                let file = std::fs::File::open(&tarball)?;
-                let mut archive = tar::Archive::new(file);
-                archive.set_preserve_permissions(true);
-                archive.unpack(&target)
-            })
-            .await
-            .map_err(|e| ProviderError::failed(format!("unpacking {image}: {e}")))?
-            .map_err(|e| invalid(format!("image {image:?} does not unpack: {e}")))?;
-            super::rootfs::build_ext4(unpacked.path(), &disk).await?
-        } else {
-            super::rootfs::build_ext4(source, &disk).await?
+        let work = tempfile::tempdir_in(&self.dir)?;
+        let content = match source {
+            Source::Dir(dir) => dir,
+            Source::Tar(tar) => unpack(image, tar, work.path()).await?,
+            Source::Docker(name) => {
+                let exported = work.path().join("image.tar");
+                if let Some(docker) = &self.docker {
+                    docker.export_image(&name, &exported).await?;
+                }
+                unpack(image, exported, work.path()).await?
+            }
         };
+        let size = super::rootfs::build_ext4(&content, &disk).await?;
         let record = SnapshotRecord {
             image: image.to_owned(),
             kernel: self.kernel.clone(),
@@ -134,4 +157,20 @@ impl RootfsCache {
         snapshots.sort_by_key(|s| s.created_at);
         Ok(snapshots)
     }
+}
+
+/// Unpacks `tarball` into `work/root`; the directory.
+async fn unpack(image: &str, tarball: PathBuf, work: &Path) -> Result<PathBuf, ProviderError> {
+    let target = work.join("root");
+    let into = target.clone();
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&into)?;
+        let mut archive = tar::Archive::new(std::fs::File::open(&tarball)?);
+        archive.set_preserve_permissions(true);
+        archive.unpack(&into)
+    })
+    .await
+    .map_err(|e| ProviderError::failed(format!("unpacking {image}: {e}")))?
+    .map_err(|e| invalid(format!("image {image:?} does not unpack: {e}")))?;
+    Ok(target)
 }

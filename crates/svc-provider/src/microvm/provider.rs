@@ -45,6 +45,9 @@ const CAPABILITIES: &[Capability] = &[
 struct VmRecord {
     image: String,
     labels: BTreeMap<String, String>,
+    /// The sandbox's environment, under every command's own.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
     qemu_pid: Option<u32>,
 }
 
@@ -71,8 +74,12 @@ fn alive(pid: u32) -> bool {
 }
 
 impl QemuProvider {
-    /// A provider on `config` (paths are checked by [`Provider::health`], not here).
-    pub fn new(config: QemuProviderConfig) -> Self {
+    /// A provider on `config` (paths are checked by [`Provider::health`], not here), exporting
+    /// images through `docker`.
+    pub fn new(
+        config: QemuProviderConfig,
+        docker: Option<Arc<crate::docker::DockerProvider>>,
+    ) -> Self {
         let data_dir = if config.data_dir.as_os_str().is_empty() {
             std::env::temp_dir().join("svc-qemu")
         } else {
@@ -89,7 +96,7 @@ impl QemuProvider {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         QemuProvider {
-            images: RootfsCache::new(rootfs_dir, kernel),
+            images: RootfsCache::new(rootfs_dir, kernel, docker),
             config,
             data_dir,
             initramfs: OnceCell::new(),
@@ -180,6 +187,7 @@ impl QemuProvider {
         let record = VmRecord {
             image: spec.image.clone(),
             labels: spec.labels.clone(),
+            env: spec.env.clone(),
             qemu_pid: vm.pid(),
         };
         let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
@@ -365,7 +373,10 @@ impl Provider for QemuProvider {
     }
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
-        self.existing_agent(id).await?.exec(spec).await
+        let agent = self.existing_agent(id).await?;
+        let mut env = self.record(id).await.map(|r| r.env).unwrap_or_default();
+        env.extend(spec.env);
+        agent.exec(ExecSpec { env, ..spec }).await
     }
 
     async fn write_file(
