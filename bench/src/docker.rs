@@ -82,7 +82,7 @@ async fn raw_spawn(docker: &Docker, image: &str, name: &str) -> anyhow::Result<(
     Ok(())
 }
 
-async fn svc_exec(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<()> {
+pub(crate) async fn svc_exec(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<()> {
     let body: Value = client
         .post(format!("{base}/api/v1/sandboxes/{id}/exec"))
         .json(&json!({"command": "true"}))
@@ -96,7 +96,7 @@ async fn svc_exec(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Res
     Ok(())
 }
 
-fn median(samples: &mut [f64]) -> f64 {
+pub(crate) fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
 }

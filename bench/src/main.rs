@@ -11,6 +11,7 @@ mod governance;
 mod identity;
 mod leases;
 mod load;
+mod microvm;
 mod observe;
 mod replicas;
 
@@ -57,6 +58,8 @@ enum Scenario {
     ScrapeLatency(observe::LatencyArgs),
     /// Spawn on one replica, `sandbox.created` received on another: the relay's latency.
     EventLatency(replicas::EventLatencyArgs),
+    /// Providers side by side: spawn (boot), exec round trip, file throughput.
+    Microvm(microvm::MicrovmArgs),
 }
 
 #[tokio::main]
@@ -77,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::ScrapePoll(poll) => observe::poll(&args.url, &poll).await,
         Scenario::ScrapeLatency(latency) => observe::latency(&args.url, &latency).await,
         Scenario::EventLatency(latency) => replicas::event_latency(&latency).await,
+        Scenario::Microvm(microvm) => microvm::run(&args.url, &microvm).await,
     }
 }
 
