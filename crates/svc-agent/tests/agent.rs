@@ -413,30 +413,19 @@ async fn another_version_or_a_malformed_frame_is_refused_and_the_agent_serves_on
 
 /// The microVM assets `scripts/microvm-assets.sh` prepares, or `None` after saying so (they
 /// are required in CI, where `scripts/test.sh` prepares them).
-fn microvm_assets() -> Option<PathBuf> {
-    let dir = PathBuf::from(
-        std::env::var("SVC_MICROVM_ASSETS").unwrap_or_else(|_| "/var/cache/svc-microvm".into()),
-    );
-    let needed = [
-        "vmlinux",
-        "svc-agent",
-        "modules/order",
-        "vhost/bin/vhost-device-vsock",
-    ];
-    let missing: Vec<_> = needed.iter().filter(|n| !dir.join(n).exists()).collect();
-    if missing.is_empty() {
-        return Some(dir);
+fn microvm_assets() -> Option<svc_provider::microvm::Assets> {
+    match svc_provider::microvm::Assets::find() {
+        Ok(assets) => Some(assets),
+        Err(missing) => {
+            assert!(
+                std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_none()
+                    && std::env::var_os("CI").is_none(),
+                "{missing}"
+            );
+            eprintln!("SKIPPED: {missing}; the microVM test did not run");
+            None
+        }
     }
-    assert!(
-        std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_none() && std::env::var_os("CI").is_none(),
-        "microVM assets missing in {}: {missing:?} (scripts/microvm-assets.sh prepares them)",
-        dir.display()
-    );
-    eprintln!(
-        "SKIPPED: no microVM assets in {} ({missing:?}); the microVM test did not run",
-        dir.display()
-    );
-    None
 }
 
 /// A root filesystem of busybox alone (static, from the host).
@@ -458,7 +447,7 @@ async fn the_agent_serves_from_inside_a_qemu_microvm() {
     };
     let work = tempfile::tempdir().unwrap();
     let initrd = work.path().join("initrd.cpio");
-    let image = initramfs::build(&assets.join("svc-agent"), &assets.join("modules")).unwrap();
+    let image = initramfs::build(&assets.agent(), &assets.modules()).unwrap();
     std::fs::write(&initrd, image).unwrap();
     let root = work.path().join("root");
     busybox_root(&root);
@@ -467,8 +456,8 @@ async fn the_agent_serves_from_inside_a_qemu_microvm() {
     assert_eq!(std::fs::metadata(&disk).unwrap().len(), size);
     let host = qemu::QemuHost {
         qemu: PathBuf::from("qemu-system-x86_64"),
-        vsock_backend: assets.join("vhost/bin/vhost-device-vsock"),
-        kernel: assets.join("vmlinux"),
+        vsock_backend: assets.vsock_backend(),
+        kernel: assets.kernel(),
         initramfs: initrd,
         accel: "tcg".into(),
     };

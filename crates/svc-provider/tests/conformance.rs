@@ -68,31 +68,19 @@ async fn docker() -> Option<Backend> {
 
 /// The microVM assets `scripts/microvm-assets.sh` prepares, or a loud skip when they are
 /// missing and not required.
-fn microvm_assets() -> Option<std::path::PathBuf> {
-    let dir = std::path::PathBuf::from(
-        std::env::var("SVC_MICROVM_ASSETS").unwrap_or_else(|_| "/var/cache/svc-microvm".into()),
-    );
-    let needed = [
-        "vmlinux",
-        "svc-agent",
-        "modules/order",
-        "vhost/bin/vhost-device-vsock",
-    ];
-    let missing: Vec<_> = needed.iter().filter(|n| !dir.join(n).exists()).collect();
-    if missing.is_empty() {
-        return Some(dir);
+fn microvm_assets() -> Option<svc_provider::microvm::Assets> {
+    match svc_provider::microvm::Assets::find() {
+        Ok(assets) => Some(assets),
+        Err(missing) => {
+            if std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_some()
+                || std::env::var_os("CI").is_some()
+            {
+                panic!("{missing}");
+            }
+            eprintln!("SKIPPED (loudly): {missing}");
+            None
+        }
     }
-    if std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_some() || std::env::var_os("CI").is_some() {
-        panic!(
-            "microVM assets missing in {}: {missing:?} (scripts/microvm-assets.sh prepares them)",
-            dir.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED (loudly): no microVM assets in {} ({missing:?}); run scripts/microvm-assets.sh",
-        dir.display()
-    );
-    None
 }
 
 /// A QEMU microVM provider (emulated CPU) over the machine's assets, its image a busybox root
@@ -114,16 +102,7 @@ async fn qemu() -> Option<Backend> {
             std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
         }
     }
-    let config = svc_core::config::QemuProviderConfig {
-        enabled: true,
-        kernel_path: assets.join("vmlinux"),
-        agent_path: assets.join("svc-agent"),
-        vsock_backend_path: assets.join("vhost/bin/vhost-device-vsock"),
-        data_dir: dir.path().join("vms"),
-        rootfs_dir: dir.path().join("rootfs"),
-        accel: svc_core::config::QemuAccel::Tcg,
-        ..Default::default()
-    };
+    let config = assets.qemu_config(dir.path());
     Some(Backend {
         provider: Arc::new(svc_provider::microvm::QemuProvider::new(config, None)),
         image: root.display().to_string(),
@@ -803,16 +782,7 @@ async fn qemu_boots_a_docker_image_built_once() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = svc_core::config::QemuProviderConfig {
-        enabled: true,
-        kernel_path: assets.join("vmlinux"),
-        agent_path: assets.join("svc-agent"),
-        vsock_backend_path: assets.join("vhost/bin/vhost-device-vsock"),
-        data_dir: dir.path().join("vms"),
-        rootfs_dir: dir.path().join("rootfs"),
-        accel: svc_core::config::QemuAccel::Tcg,
-        ..Default::default()
-    };
+    let config = assets.qemu_config(dir.path());
     let provider: Arc<dyn Provider> = Arc::new(svc_provider::microvm::QemuProvider::new(
         config,
         Some(Arc::new(engine)),
@@ -853,6 +823,86 @@ async fn qemu_boots_a_docker_image_built_once() {
     );
     provider.destroy(&first.id).await.unwrap();
     provider.destroy(&second.id).await.unwrap();
+}
+
+/// What cannot boot fails clearly and leaves nothing: a missing VMM binary, a missing kernel,
+/// an "agent" that is no agent (the guest never answers, so the boot deadline and its retry
+/// run out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_failures_are_clear_and_leave_nothing() {
+    let Some(backend) = qemu().await else {
+        return;
+    };
+    let assets = microvm_assets().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = svc_core::config::QemuProviderConfig {
+        boot_timeout: svc_core::GoDuration::from_secs(4),
+        ..assets.qemu_config(dir.path())
+    };
+    let spec = || SpawnSpec {
+        id: SandboxId::generate(),
+        image: backend.image.clone(),
+        memory_mb: 256,
+        vcpus: 1,
+        env: BTreeMap::new(),
+        network: None,
+        labels: BTreeMap::new(),
+    };
+    let cases = [
+        (
+            svc_core::config::QemuProviderConfig {
+                qemu_path: "/no/such/qemu".into(),
+                ..base.clone()
+            },
+            "/no/such/qemu",
+        ),
+        (
+            svc_core::config::QemuProviderConfig {
+                kernel_path: dir.path().join("no-kernel"),
+                ..base.clone()
+            },
+            "no-kernel",
+        ),
+        (
+            svc_core::config::QemuProviderConfig {
+                agent_path: "/bin/true".into(),
+                ..base.clone()
+            },
+            "",
+        ),
+    ];
+    for (config, named) in cases {
+        let provider = svc_provider::microvm::QemuProvider::new(config, None);
+        let spec = spec();
+        let started = Instant::now();
+        let err = provider.spawn(&spec).await.unwrap_err();
+        assert!(err.to_string().contains(named), "{err}");
+        // The deadline of 4 s, tried twice, bounds the wait.
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            provider.status(&spec.id).await.unwrap(),
+            svc_provider::RuntimeStatus::Missing
+        );
+        assert!(
+            !dir.path().join("vms").join(spec.id.as_str()).exists(),
+            "nothing left for {named:?}"
+        );
+    }
+    let health = svc_provider::microvm::QemuProvider::new(
+        svc_core::config::QemuProviderConfig {
+            kernel_path: dir.path().join("no-kernel"),
+            ..base
+        },
+        None,
+    )
+    .health()
+    .await
+    .unwrap_err();
+    assert!(health.to_string().contains("kernel_path"), "{health}");
 }
 
 /// Reading and writing files needs nothing inside the image: not even a shell.

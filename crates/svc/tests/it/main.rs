@@ -16,6 +16,7 @@ mod events;
 mod exec;
 mod files;
 mod lifecycle;
+mod microvm;
 mod observe;
 mod oidc;
 mod permissions;
