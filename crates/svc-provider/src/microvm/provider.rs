@@ -49,6 +49,9 @@ struct VmRecord {
     #[serde(default)]
     env: BTreeMap<String, String>,
     qemu_pid: Option<u32>,
+    /// Its vsock backend's.
+    #[serde(default)]
+    backend_pid: Option<u32>,
 }
 
 /// The QEMU microVM provider.
@@ -61,16 +64,21 @@ pub struct QemuProvider {
     vms: Mutex<HashMap<SandboxId, RunningVm>>,
 }
 
-/// Whether a process with this ID runs (a zombie does not).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+/// Whether the process with this ID runs (a zombie does not) and is one of `dir`'s VM: its
+/// command line names the VM's directory, so a recycled process ID is never taken for it.
+fn runs_vm(pid: u32, dir: &Path) -> bool {
+    let running = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         !stat
             .rsplit(')')
             .next()
             .unwrap_or("")
             .trim_start()
             .starts_with('Z')
-    })
+    });
+    let dir = dir.as_os_str().as_encoded_bytes();
+    running
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| cmdline.windows(dir.len()).any(|w| w == dir))
 }
 
 impl QemuProvider {
@@ -189,6 +197,7 @@ impl QemuProvider {
             labels: spec.labels.clone(),
             env: spec.env.clone(),
             qemu_pid: vm.pid(),
+            backend_pid: vm.backend_pid(),
         };
         let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
         if let Err(err) = tokio::fs::write(dir.join("runtime.json"), json).await {
@@ -297,12 +306,15 @@ impl Provider for QemuProvider {
         let booted = self.vms.lock().await.remove(id);
         if let Some(vm) = booted {
             vm.shutdown().await;
-        } else if let Some(pid) = self.record(id).await.and_then(|r| r.qemu_pid) {
-            // A VM of an earlier svc process: its QEMU is not our child.
-            if alive(pid) {
-                if let Some(pid) = i32::try_from(pid)
+        } else if let Some(record) = self.record(id).await {
+            // A VM of an earlier svc process: its processes are not our children.
+            for pid in [record.qemu_pid, record.backend_pid].into_iter().flatten() {
+                let pid = i32::try_from(pid)
                     .ok()
-                    .and_then(rustix::process::Pid::from_raw)
+                    .and_then(rustix::process::Pid::from_raw);
+                let dir = self.vm_dir(id);
+                if let Some(pid) =
+                    pid.filter(|p| runs_vm(p.as_raw_nonzero().get().unsigned_abs(), &dir))
                 {
                     let _ = crate::process::signal_process(pid, crate::Signal::Kill);
                 }
@@ -322,7 +334,7 @@ impl Provider for QemuProvider {
             Some(VmRecord {
                 qemu_pid: Some(pid),
                 ..
-            }) if alive(pid) => RuntimeStatus::Running,
+            }) if runs_vm(pid, &self.vm_dir(id)) => RuntimeStatus::Running,
             Some(_) => RuntimeStatus::Stopped,
             None if tokio::fs::metadata(self.vm_dir(id)).await.is_ok() => RuntimeStatus::Stopped,
             None => RuntimeStatus::Missing,
@@ -347,9 +359,12 @@ impl Provider for QemuProvider {
             let Some(record) = self.record(&id).await else {
                 continue;
             };
+            let running = record
+                .qemu_pid
+                .is_some_and(|pid| runs_vm(pid, &self.vm_dir(&id)));
             runtimes.push(RuntimeInfo {
                 sandbox_id: id,
-                running: record.qemu_pid.is_some_and(alive),
+                running,
                 image: record.image,
                 labels: record.labels,
                 image_pulled: false,

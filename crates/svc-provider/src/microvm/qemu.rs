@@ -3,6 +3,9 @@
 //! guest's agent must answer. A boot that misses the deadline is killed and tried once more.
 //!
 //! Everything a VM owns lives in its own directory (sockets, console log), removed with it.
+//! A VM outlives the svc process that booted it, as a container outlives it: svc restarting
+//! (or crashing) does not take its sandboxes down, and the next process finds them by their
+//! records.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -70,6 +73,11 @@ impl RunningVm {
         self.qemu.id()
     }
 
+    /// The vsock backend's process ID.
+    pub fn backend_pid(&self) -> Option<u32> {
+        self.backend.id()
+    }
+
     /// Stops the VM and its backend and removes its directory.
     pub async fn shutdown(mut self) {
         stop(&mut self.qemu, &mut self.backend).await;
@@ -124,7 +132,7 @@ impl QemuHost {
         }
     }
 
-    fn qemu_command(&self, spec: &VmSpec, vhost_socket: &Path) -> Command {
+    fn qemu_command(&self, spec: &VmSpec, vhost_socket: &Path, log: std::fs::File) -> Command {
         let memory = format!("{}M", spec.memory_mb.max(64));
         let mut command = Command::new(&self.qemu);
         command
@@ -162,8 +170,9 @@ impl QemuHost {
             .args(["-device", "vhost-user-vsock-device,chardev=vsock"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            // A file, not a pipe: QEMU outlives this process, and a pipe nobody reads would
+            // end it on its next message.
+            .stderr(Stdio::from(log));
         command
     }
 
@@ -188,7 +197,6 @@ impl QemuHost {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .map_err(|e| BootError::Failed(spawn_error(&self.vsock_backend, &e)))?;
         let deadline = started + spec.boot_timeout;
@@ -202,7 +210,16 @@ impl QemuHost {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut qemu = match self.qemu_command(spec, &vhost_socket).spawn() {
+        let log = match std::fs::File::create(spec.dir.join("qemu.log")) {
+            Ok(log) => log,
+            Err(err) => {
+                let _ = backend.kill().await;
+                return Err(BootError::Failed(ProviderError::failed(format!(
+                    "creating the QEMU log: {err}"
+                ))));
+            }
+        };
+        let mut qemu = match self.qemu_command(spec, &vhost_socket, log).spawn() {
             Ok(qemu) => qemu,
             Err(err) => {
                 let _ = backend.kill().await;
@@ -215,10 +232,7 @@ impl QemuHost {
         )));
         loop {
             if let Ok(Some(status)) = qemu.try_wait() {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = qemu.stderr.take() {
-                    let _ = tokio::io::AsyncReadExt::read_to_string(&mut pipe, &mut stderr).await;
-                }
+                let stderr = std::fs::read_to_string(spec.dir.join("qemu.log")).unwrap_or_default();
                 let _ = backend.kill().await;
                 return Err(BootError::Failed(ProviderError::failed(format!(
                     "qemu exited during boot ({status}): {} {}",

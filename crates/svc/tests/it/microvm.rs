@@ -117,3 +117,50 @@ async fn a_qemu_sandbox_serves_exec_files_logs_and_snapshots() {
     .await;
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qemu_sandbox_outlives_a_restart_and_a_crashed_vmm_is_reported() {
+    let Some(assets) = assets() else {
+        return;
+    };
+    let server = TestServer::start_with(|c| {
+        c.providers.qemu = assets.qemu_config(&c.providers.mock.root_dir.with_file_name("qemu"));
+    })
+    .await;
+    let sandbox = server
+        .spawn(json!({"provider": "qemu", "image": "svc-test-busybox:latest"}))
+        .await;
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    let exec_path = format!("/sandboxes/{id}/exec");
+    // svc restarts; the guest keeps running and the new process reaches its agent.
+    let server = server.restart().await;
+    let reply = server
+        .post(&exec_path, json!({"command": "echo alive"}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body["stdout"], "alive\n");
+    // The VMM dies behind svc's back: the next reconciliation (here: the next start) ends the
+    // sandbox as provider_failed and removes what is left of the VM.
+    let vm_dir = server.config.providers.qemu.data_dir.join(&id);
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(vm_dir.join("runtime.json")).unwrap()).unwrap();
+    let pid = record["qemu_pid"].as_i64().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    crate::harness::wait_for("QEMU to die", Duration::from_secs(10), || async {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.contains(") Z "))
+    })
+    .await;
+    let server = server.restart().await;
+    let ended = crate::lifecycle::assert_ended(&server, &id, "error", "provider_failed").await;
+    assert!(
+        ended["state_message"].as_str().unwrap().contains("qemu"),
+        "{ended}"
+    );
+    assert!(!vm_dir.exists(), "the dead VM's directory was removed");
+    server.shutdown().await;
+}
