@@ -32,8 +32,10 @@ impl Agent {
             .arg(&socket)
             .spawn()
             .unwrap();
+        // The socket file appears at bind, a moment before the agent listens: wait for a
+        // connection to succeed, not for the file.
         for _ in 0..200 {
-            if socket.exists() {
+            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
                 return Agent { child, socket, dir };
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
