@@ -56,6 +56,19 @@ pub struct RuntimeInfo {
     pub image_pulled: bool,
 }
 
+impl RuntimeInfo {
+    /// The runtime a spawn of `spec` just started.
+    pub fn started(spec: &SpawnSpec, image_pulled: bool) -> Self {
+        RuntimeInfo {
+            sandbox_id: spec.id.clone(),
+            image: spec.image.clone(),
+            labels: spec.labels.clone(),
+            running: true,
+            image_pulled,
+        }
+    }
+}
+
 /// Whether a sandbox's runtime exists and runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeStatus {

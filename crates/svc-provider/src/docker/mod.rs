@@ -226,11 +226,11 @@ impl DockerProvider {
     }
 
     /// Writes the filesystem of `image` to `out` as a tar archive, streamed: a container is
-    /// created (never started), exported and removed.
+    /// created (never started), exported and removed. The engine must have the image already
+    /// ([`DockerProvider::image_id`] pulls it).
     pub async fn export_image(&self, image: &str, out: &Path) -> Result<(), ProviderError> {
         use tokio::io::AsyncWriteExt;
         let docker = self.client().await?;
-        self.ensure_image(&docker, image).await?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -352,13 +352,7 @@ impl Provider for DockerProvider {
     async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError> {
         let name = container_name(&spec.id);
         match self.spawn_inner(spec, &name).await {
-            Ok(pulled) => Ok(RuntimeInfo {
-                sandbox_id: spec.id.clone(),
-                image: spec.image.clone(),
-                labels: spec.labels.clone(),
-                running: true,
-                image_pulled: pulled,
-            }),
+            Ok(pulled) => Ok(RuntimeInfo::started(spec, pulled)),
             Err(err) => {
                 // Leaves nothing behind: no half-created container.
                 if let Err(cleanup) = self.remove(&name).await {

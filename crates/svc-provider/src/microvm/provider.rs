@@ -123,14 +123,16 @@ impl QemuProvider {
         )))
     }
 
+    /// The record of a sandbox whose VM exists.
+    async fn existing(&self, id: &SandboxId) -> Result<VmRecord, ProviderError> {
+        self.record(id)
+            .await
+            .ok_or_else(|| ProviderError::RuntimeNotFound { id: id.to_string() })
+    }
+
     /// The agent of a sandbox whose VM exists.
     async fn existing_agent(&self, id: &SandboxId) -> Result<AgentClient, ProviderError> {
-        if tokio::fs::metadata(self.vm_dir(id).join("runtime.json"))
-            .await
-            .is_err()
-        {
-            return Err(ProviderError::RuntimeNotFound { id: id.to_string() });
-        }
+        self.existing(id).await?;
         Ok(self.agent(id))
     }
 
@@ -293,13 +295,7 @@ impl Provider for QemuProvider {
             let _ = self.destroy(&spec.id).await;
             return Err(err);
         }
-        Ok(RuntimeInfo {
-            sandbox_id: spec.id.clone(),
-            image: spec.image.clone(),
-            labels: spec.labels.clone(),
-            running: true,
-            image_pulled: false,
-        })
+        Ok(RuntimeInfo::started(spec, false))
     }
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
@@ -388,10 +384,10 @@ impl Provider for QemuProvider {
     }
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
-        let agent = self.existing_agent(id).await?;
-        let mut env = self.record(id).await.map(|r| r.env).unwrap_or_default();
+        // One read of the record: it says the VM exists and holds the sandbox's environment.
+        let mut env = self.existing(id).await?.env;
         env.extend(spec.env);
-        agent.exec(ExecSpec { env, ..spec }).await
+        self.agent(id).exec(ExecSpec { env, ..spec }).await
     }
 
     async fn write_file(

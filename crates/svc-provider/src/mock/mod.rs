@@ -213,13 +213,7 @@ impl Provider for MockProvider {
             let _ = self.destroy(&spec.id).await;
             return Err(err);
         }
-        Ok(RuntimeInfo {
-            sandbox_id: spec.id.clone(),
-            image: spec.image.clone(),
-            labels: spec.labels.clone(),
-            running: true,
-            image_pulled: false,
-        })
+        Ok(RuntimeInfo::started(spec, false))
     }
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {

@@ -620,23 +620,7 @@ async fn a_killed_replicas_leases_expire_and_its_sandboxes_are_settled() {
     let (b, b_url) = start("b");
     let (c, c_url) = start("c");
     let client = reqwest::Client::new();
-    let spawned: serde_json::Value = client
-        .post(format!("{a_url}/sandboxes"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = spawned["id"].as_str().unwrap().to_owned();
-    assert!(
-        dir.path().join("mock").join(&id).exists(),
-        "A made the runtime"
-    );
-    // Two more of A's sandboxes: one whose runtime outlives A, one whose runtime is lost with it.
-    let mut more = Vec::new();
-    for _ in 0..2 {
+    let spawn_on_a = || async {
         let body: serde_json::Value = client
             .post(format!("{a_url}/sandboxes"))
             .json(&json!({}))
@@ -646,9 +630,15 @@ async fn a_killed_replicas_leases_expire_and_its_sandboxes_are_settled() {
             .json()
             .await
             .unwrap();
-        more.push(body["id"].as_str().unwrap().to_owned());
-    }
-    let (kept, lost) = (more[0].clone(), more[1].clone());
+        body["id"].as_str().unwrap().to_owned()
+    };
+    let id = spawn_on_a().await;
+    assert!(
+        dir.path().join("mock").join(&id).exists(),
+        "A made the runtime"
+    );
+    // Two more of A's sandboxes: one whose runtime outlives A, one whose runtime is lost with it.
+    let (kept, lost) = (spawn_on_a().await, spawn_on_a().await);
     a.kill().unwrap();
     a.wait().unwrap();
     std::fs::remove_dir_all(dir.path().join("mock").join(&lost)).unwrap();
