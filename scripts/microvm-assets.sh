@@ -136,6 +136,13 @@ if [ ! -x "$assets/vhost/bin/vhost-device-vsock" ]; then
 fi
 
 mkdir -p "$assets/rootfs" "$assets/vms"
+# `auto` spends up to boot_timeout on a probe boot under KVM at start-up. Where KVM is absent,
+# or nested under a hypervisor (paravirtual KVM, where stock kernels crawl), the probe cannot
+# win, so the fragment says `tcg` outright; on bare metal it leaves the choice to the probe.
+accel=auto
+if [ ! -w /dev/kvm ] || grep -qw hypervisor /proc/cpuinfo; then
+    accel=tcg
+fi
 say "ready in $assets"
 cat <<EOF
 providers:
@@ -147,4 +154,5 @@ providers:
     rootfs_dir: $assets/rootfs
     data_dir: $assets/vms
     vsock_backend_path: $assets/vhost/bin/vhost-device-vsock
+    accel: $accel
 EOF

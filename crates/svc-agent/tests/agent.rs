@@ -443,7 +443,7 @@ fn busybox_root(root: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_serves_from_inside_a_qemu_microvm() {
-    use svc_provider::microvm::{initramfs, qemu, rootfs};
+    use svc_provider::microvm::{initramfs, qemu, rootfs, vm};
     let Some(assets) = microvm_assets() else {
         return;
     };
@@ -456,27 +456,39 @@ async fn the_agent_serves_from_inside_a_qemu_microvm() {
     let disk = work.path().join("root.ext4");
     let size = rootfs::build_ext4(&root, &disk).await.unwrap();
     assert_eq!(std::fs::metadata(&disk).unwrap().len(), size);
-    let host = qemu::QemuHost {
+    let vmm = qemu::QemuVmm {
         qemu: PathBuf::from("qemu-system-x86_64"),
         vsock_backend: assets.vsock_backend(),
+        accel: "tcg",
+    };
+    let files = vm::BootFiles {
         kernel: assets.kernel(),
         initramfs: initrd,
-        accel: "tcg".into(),
     };
     let vm_dir = work.path().join("vm");
-    let vm = host
-        .boot(&qemu::VmSpec {
-            dir: vm_dir.clone(),
-            root_disk: disk,
-            memory_mb: 256,
-            vcpus: 1,
-            boot_timeout: Duration::from_secs(60),
-            hostname: "svc-test".into(),
-        })
+    let (failures, mut failed) = tokio::sync::mpsc::unbounded_channel();
+    let watch = vm::Watch {
+        sandbox_id: svc_core::SandboxId::generate(),
+        failures,
+        vmm: "qemu",
+    };
+    let vm_spec = vm::VmSpec {
+        dir: vm_dir.clone(),
+        root_disk: Some(disk),
+        memory_mb: 256,
+        vcpus: 1,
+        boot_timeout: Duration::from_secs(60),
+        hostname: "svc-test".into(),
+    };
+    let vm = vm::boot(&vmm, &files, &vm_spec, watch)
         .await
         .expect("the microVM booted and its agent answered");
     eprintln!("microVM boot to agent ready: {:?}", vm.boot_time);
-    let agent = vm.agent().clone();
+    let agent =
+        svc_provider::agent::AgentClient::new(Arc::new(svc_provider::agent::VsockConnector::new(
+            vm_dir.join(vm::VSOCK_SOCKET),
+            svc_agent_proto::AGENT_PORT,
+        )));
     // Its own kernel, its own host name, the host's clock.
     let (out, _, code) = collect(
         agent
@@ -506,8 +518,12 @@ async fn the_agent_serves_from_inside_a_qemu_microvm() {
         .expect("the command ended on kill");
     assert_eq!(code, 128 + 9);
     // Shutdown leaves nothing behind.
-    let pid = vm.pid().unwrap();
+    let pids = vm.pids().to_vec();
     vm.shutdown().await;
     assert!(!vm_dir.exists());
-    assert!(!alive(pid), "qemu {pid} outlived its VM");
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} outlived its VM");
+    }
+    // Stopping it was asked for: no failure is reported.
+    assert!(failed.try_recv().is_err());
 }

@@ -22,6 +22,7 @@ mod reaper;
 mod reconcile;
 mod recover;
 mod retry;
+mod runtime_failures;
 mod sandboxes;
 mod spawn;
 mod stats;

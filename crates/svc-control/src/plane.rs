@@ -171,6 +171,16 @@ impl ControlPlane {
             tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
             tokio::spawn(crate::reconcile::run(self.clone(), cancel.clone())),
         ];
+        for provider in self.providers().all_for_cleanup() {
+            if let Some(failures) = provider.take_failures() {
+                loops.push(tokio::spawn(crate::runtime_failures::run(
+                    self.clone(),
+                    Arc::clone(provider),
+                    failures,
+                    cancel.clone(),
+                )));
+            }
+        }
         if let Some(log) = &self.inner.event_log {
             loops.push(tokio::spawn(crate::events::relay::run(
                 self.clone(),

@@ -180,6 +180,25 @@ impl ProviderRegistry {
         health
     }
 
+    /// Records `name` as unhealthy now, for `error` (a runtime it lost); the next check after
+    /// [`HEALTH_MAX_AGE`] decides again.
+    pub(crate) fn mark_unhealthy(&self, name: &'static str, error: String) {
+        tracing::warn!(provider = name, %error, "provider unhealthy");
+        self.health
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                name,
+                ProviderHealth {
+                    healthy: false,
+                    latency_ms: 0,
+                    last_checked: self.clock.now(),
+                    error: Some(error),
+                    checked_at: Instant::now(),
+                },
+            );
+    }
+
     fn cached(&self, name: &str, max_age: Duration) -> Option<ProviderHealth> {
         self.health
             .read()

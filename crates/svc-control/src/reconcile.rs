@@ -134,7 +134,7 @@ impl ControlPlane {
                     Some(runtime) if !runtime.running => RuntimeLoss::Stopped,
                     Some(_) => continue,
                 };
-                self.end_lost_runtime(provider.as_ref(), record, loss, &mut report)
+                self.end_lost_runtime(provider.as_ref(), record, loss, None, &mut report)
                     .await;
             }
         }
@@ -245,12 +245,15 @@ impl ControlPlane {
 
     /// Ends a `running` record whose runtime is lost (`loss`), once the provider confirms it
     /// and the lease is ours: `destroyed`/`runtime_vanished` for a vanished runtime,
-    /// `error`/`provider_failed` for a stopped one, whose runtime is then removed.
+    /// `error`/`provider_failed` for a stopped one, whose runtime is then removed. `reported`
+    /// is the provider's own account when it noticed the loss itself (no reconciliation pass
+    /// found it, so no `reconcile.action` is published).
     pub(crate) async fn end_lost_runtime(
         &self,
         provider: &dyn Provider,
         record: &Sandbox,
         loss: RuntimeLoss,
+        reported: Option<&str>,
         report: &mut ReconcileReport,
     ) {
         // The inventory was taken before the records were read: a runtime made in between
@@ -262,7 +265,10 @@ impl ControlPlane {
         if !self.lease_for_reconcile(&record.id, report).await {
             return;
         }
-        let ending = loss.ending(&record.provider);
+        let mut ending = loss.ending(&record.provider);
+        if let Some(reported) = reported {
+            ending.message = reported.to_owned();
+        }
         let ended = self
             .store()
             .end_sandbox(&record.id, loss.ended_state(), &ending, self.clock().now())
@@ -287,7 +293,9 @@ impl ControlPlane {
             }
         }
         self.spawn_queue().capacity_changed();
-        self.publish_reconcile(&ended, loss.action());
+        if reported.is_none() {
+            self.publish_reconcile(&ended, loss.action());
+        }
         let data = sandbox_event_data(&ended);
         let payload = match loss {
             RuntimeLoss::Vanished => EventPayload::SandboxDestroyed(data),
@@ -298,7 +306,7 @@ impl ControlPlane {
         };
         self.events()
             .publish_in(&ended.tenant_id, Some(&ended.id), payload);
-        tracing::warn!(sandbox_id = %ended.id, tenant_id = %ended.tenant_id, provider = %ended.provider, reason = ending.reason.as_str(), state_message = %ending.message, "reconciliation ended a sandbox whose runtime was lost");
+        tracing::warn!(sandbox_id = %ended.id, tenant_id = %ended.tenant_id, provider = %ended.provider, reason = ending.reason.as_str(), state_message = %ending.message, "ended a sandbox whose runtime was lost");
     }
 
     pub(crate) fn publish_reconcile(&self, sandbox: &Sandbox, action: &str) {

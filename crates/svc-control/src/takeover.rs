@@ -90,14 +90,21 @@ impl ControlPlane {
                     }
                 }
                 Ok(RuntimeStatus::Stopped) => {
-                    self.end_lost_runtime(provider.as_ref(), &orphan, RuntimeLoss::Stopped, report)
-                        .await;
+                    self.end_lost_runtime(
+                        provider.as_ref(),
+                        &orphan,
+                        RuntimeLoss::Stopped,
+                        None,
+                        report,
+                    )
+                    .await;
                 }
                 Ok(RuntimeStatus::Missing) => {
                     self.end_lost_runtime(
                         provider.as_ref(),
                         &orphan,
                         RuntimeLoss::Vanished,
+                        None,
                         report,
                     )
                     .await;

@@ -21,6 +21,6 @@ pub use exec::{
 };
 pub use files::{ByteStream, FileInfo};
 pub use provider::{
-    Provider, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
+    Provider, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
     LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER,
 };

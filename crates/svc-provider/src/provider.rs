@@ -69,6 +69,15 @@ impl RuntimeInfo {
     }
 }
 
+/// A runtime that ended on its own (its VMM crashed, its agent died), as the provider noticed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeFailure {
+    /// The sandbox it ran.
+    pub sandbox_id: SandboxId,
+    /// What happened, for `state_message` and events.
+    pub message: String,
+}
+
 /// Whether a sandbox's runtime exists and runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeStatus {
@@ -134,6 +143,13 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Checks the backend answers.
     async fn health(&self) -> Result<(), ProviderError>;
+
+    /// Runtimes that end on their own, as the provider notices them; the first caller takes
+    /// the receiver. Providers that cannot watch their runtimes answer `None` and leave it to
+    /// reconciliation.
+    fn take_failures(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RuntimeFailure>> {
+        None
+    }
 
     /// Creates and starts a runtime. On error nothing is left behind.
     async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError>;

@@ -1,10 +1,14 @@
 //! The provider conformance suite: one behavioural contract every provider must pass, written
-//! over `&dyn Provider` and expanded by a macro into one test per case per backend. Docker and
-//! Firecracker join the backend list with their issues; a case needing a capability a backend
+//! over `&dyn Provider` and expanded by a macro into one test per case per backend (mock, docker,
+//! qemu; firecracker's boots need a `firecracker` binary and real KVM, so its driver is tested
+//! against a fake VMM in `conformance/firecracker.rs`); a case needing a capability a backend
 //! does not declare reports itself skipped, saying why.
 
 // Cases are plain async functions shared by the generated tests.
 #![allow(clippy::unwrap_used)]
+
+#[path = "conformance/firecracker.rs"]
+mod firecracker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -104,7 +108,7 @@ async fn qemu() -> Option<Backend> {
     }
     let config = assets.qemu_config(dir.path());
     Some(Backend {
-        provider: Arc::new(svc_provider::microvm::QemuProvider::new(config, None)),
+        provider: Arc::new(svc_provider::microvm::MicrovmProvider::qemu(config, None)),
         image: root.display().to_string(),
         _guard: Some(dir),
     })
@@ -783,7 +787,7 @@ async fn qemu_boots_a_docker_image_built_once() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = assets.qemu_config(dir.path());
-    let provider: Arc<dyn Provider> = Arc::new(svc_provider::microvm::QemuProvider::new(
+    let provider: Arc<dyn Provider> = Arc::new(svc_provider::microvm::MicrovmProvider::qemu(
         config,
         Some(Arc::new(engine)),
     ));
@@ -872,7 +876,7 @@ async fn qemu_failures_are_clear_and_leave_nothing() {
         ),
     ];
     for (config, named) in cases {
-        let provider = svc_provider::microvm::QemuProvider::new(config, None);
+        let provider = svc_provider::microvm::MicrovmProvider::qemu(config, None);
         let spec = spec();
         let started = Instant::now();
         let err = provider.spawn(&spec).await.unwrap_err();
@@ -892,7 +896,7 @@ async fn qemu_failures_are_clear_and_leave_nothing() {
             "nothing left for {named:?}"
         );
     }
-    let health = svc_provider::microvm::QemuProvider::new(
+    let health = svc_provider::microvm::MicrovmProvider::qemu(
         svc_core::config::QemuProviderConfig {
             kernel_path: dir.path().join("no-kernel"),
             ..base
@@ -931,4 +935,67 @@ async fn docker_files_work_without_a_shell() {
         .unwrap();
     assert_eq!((info.size, info.mode), (4, 0o600));
     backend.provider.destroy(&sandbox.id).await.unwrap();
+}
+
+/// `accel: auto` boots a probe VM under KVM once, in the background from the start-up health
+/// check, bounded by the boot timeout; what it decided (and why) is in the provider detail,
+/// and spawns use it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_auto_accel_is_decided_by_one_timed_probe_boot() {
+    let Some(backend) = qemu().await else {
+        return;
+    };
+    let assets = microvm_assets().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = svc_core::config::QemuProviderConfig {
+        accel: svc_core::config::QemuAccel::Auto,
+        boot_timeout: svc_core::GoDuration::from_secs(15),
+        ..assets.qemu_config(dir.path())
+    };
+    let provider: Arc<dyn Provider> =
+        Arc::new(svc_provider::microvm::MicrovmProvider::qemu(config, None));
+    let summary = provider.config_summary();
+    assert_eq!(summary["accel"], "auto (the KVM probe has not finished)");
+    assert!(summary["vmm"]
+        .as_str()
+        .unwrap()
+        .contains("qemu-system-x86_64"));
+    assert!(summary["vsock_backend"]
+        .as_str()
+        .unwrap()
+        .contains("vhost-device-vsock"));
+    let kvm = svc_provider::microvm::Kvm::detect();
+    assert_eq!(summary["kvm"], kvm.describe());
+    let started = Instant::now();
+    provider.health().await.unwrap();
+    assert!(
+        provider.config_summary()["vmm"]
+            .as_str()
+            .unwrap()
+            .contains("QEMU emulator version"),
+        "the health check read the VMM's version"
+    );
+    // The spawn waits for the probe, then boots with what it decided.
+    let sandbox = Sandbox::new(Arc::clone(&provider), &backend.image).await;
+    let took = started.elapsed();
+    let accel = provider.config_summary()["accel"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eprintln!("probe and spawn took {took:?}; accel {accel}");
+    assert!(
+        accel.starts_with("auto: kvm (a probe boot under KVM answered in")
+            || accel.starts_with("auto: tcg ("),
+        "{accel}"
+    );
+    if !kvm.present() {
+        assert!(accel.starts_with("auto: tcg (KVM is absent"), "{accel}");
+    }
+    // Bounded by the boot timeout (one probe, no retry), plus the sandbox's own boot.
+    assert!(took < Duration::from_secs(15 + 60), "{took:?}");
+    assert_eq!(sandbox.sh("echo up").await.stdout(), "up\n");
+    assert!(
+        !dir.path().join("vms/kvm-probe").exists(),
+        "the probe VM is gone"
+    );
 }

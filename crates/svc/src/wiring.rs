@@ -9,6 +9,7 @@ use svc_control::{Authenticator, ControlPlane, ControlPlaneParts, ProviderRegist
 use svc_core::config::{Config, DatabaseDriver};
 use svc_core::Clock;
 use svc_provider::docker::DockerProvider;
+use svc_provider::microvm::MicrovmProvider;
 use svc_provider::mock::MockProvider;
 use svc_provider::Provider;
 use svc_store::postgres::PgStore;
@@ -87,7 +88,7 @@ async fn retired_providers(
     Ok(retired)
 }
 
-/// The enabled providers, in the order `docker`, `qemu`, `mock`, and the default.
+/// The enabled providers, in the order `docker`, `firecracker`, `qemu`, `mock`, and the default.
 pub(crate) async fn providers(
     config: &Config,
     clock: Arc<dyn Clock>,
@@ -108,21 +109,29 @@ pub(crate) async fn providers(
             Err(err) => tracing::warn!(error = %err, "the docker provider could not be set up"),
         }
     }
-    if config.providers.firecracker.enabled {
-        tracing::warn!("providers.firecracker.enabled is set, but the firecracker provider is not part of this build yet");
-    }
-    if config.providers.qemu.enabled {
+    if config.providers.firecracker.enabled || config.providers.qemu.enabled {
         // Images are exported through the Docker engine whether or not the docker provider is
         // enabled for spawns (decisions §14).
         let docker = DockerProvider::connect(config.providers.docker.clone())
             .await
             .ok()
             .map(Arc::new);
-        let qemu = svc_provider::microvm::QemuProvider::new(config.providers.qemu.clone(), docker);
-        if let Err(err) = qemu.health().await {
-            tracing::warn!(error = %err, "the qemu provider is unhealthy");
+        let mut microvm = Vec::new();
+        if config.providers.firecracker.enabled {
+            microvm.push(MicrovmProvider::firecracker(
+                config.providers.firecracker.clone(),
+                docker.clone(),
+            ));
         }
-        providers.push(Arc::new(qemu));
+        if config.providers.qemu.enabled {
+            microvm.push(MicrovmProvider::qemu(config.providers.qemu.clone(), docker));
+        }
+        for provider in microvm {
+            if let Err(err) = provider.health().await {
+                tracing::warn!(provider = provider.name(), error = %err, "a microVM provider is unhealthy");
+            }
+            providers.push(Arc::new(provider));
+        }
     }
     if config.providers.mock.enabled {
         providers.push(Arc::new(MockProvider::new(mock_root(config))));

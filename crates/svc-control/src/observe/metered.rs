@@ -11,8 +11,8 @@ use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 use svc_provider::{
-    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
-    RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
+    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeFailure,
+    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
 };
 
 use super::operations::OperationMetrics;
@@ -62,6 +62,10 @@ impl Provider for Metered {
 
     fn default_network(&self) -> String {
         self.inner.default_network()
+    }
+
+    fn take_failures(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RuntimeFailure>> {
+        self.inner.take_failures()
     }
 
     async fn health(&self) -> Result<(), ProviderError> {

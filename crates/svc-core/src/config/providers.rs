@@ -132,6 +132,9 @@ pub struct FirecrackerProviderConfig {
     pub agent_path: PathBuf,
     /// Per-VM sockets, logs, disks; empty = a directory under the system temp dir.
     pub data_dir: PathBuf,
+    /// How long a guest has until its agent answers (as for `qemu`): a boot that misses it
+    /// is killed and tried once more.
+    pub boot_timeout: GoDuration,
 }
 
 impl Default for FirecrackerProviderConfig {
@@ -143,6 +146,7 @@ impl Default for FirecrackerProviderConfig {
             rootfs_dir: PathBuf::new(),
             agent_path: PathBuf::new(),
             data_dir: PathBuf::new(),
+            boot_timeout: GoDuration::from_secs(60),
         }
     }
 }

@@ -1,30 +1,36 @@
-//! The `qemu` provider (decisions §14): one QEMU `microvm` guest per sandbox, booted from the
-//! shared kernel and initramfs (the agent as init) and a root disk built per image, reached
-//! through its agent over vsock.
+//! The microVM providers (decisions §14), `qemu` and `firecracker`: one core, two VMM drivers.
+//! Each sandbox is one guest booted from the shared kernel and initramfs (the agent as init)
+//! and a root disk built per image, reached through its agent over vsock.
 //!
 //! Each VM lives in `data_dir/<sandbox id>/`: sockets, the serial console (the sandbox's logs),
 //! `runtime.json` (image, labels, process IDs). The record is what makes a VM findable after svc
-//! itself restarts or crashes: its status comes from the QEMU process it names, its agent from
+//! itself restarts or crashes: its status comes from the VMM process it names, its agent from
 //! the socket beside it, and reconciliation lists these directories.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use svc_core::config::{QemuAccel, QemuProviderConfig, PROVIDER_QEMU};
+use svc_core::config::{
+    FirecrackerProviderConfig, QemuAccel, QemuProviderConfig, PROVIDER_FIRECRACKER, PROVIDER_QEMU,
+};
 use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::{mpsc, Mutex, OnceCell};
 
+use super::firecracker::FirecrackerVmm;
+use super::host::Kvm;
 use super::images::RootfsCache;
-use super::qemu::{QemuHost, RunningVm, VmSpec};
+use super::qemu::QemuVmm;
+use super::vm::{self, BootFiles, RunningVm, VmSpec, Vmm, Watch, VSOCK_SOCKET};
 use crate::agent::{AgentClient, VsockConnector};
 use crate::{
-    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
-    RuntimeStatus, SnapshotInfo, SpawnSpec,
+    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeFailure,
+    RuntimeInfo, RuntimeStatus, SnapshotInfo, SpawnSpec,
 };
 
 const CAPABILITIES: &[Capability] = &[
@@ -48,20 +54,61 @@ struct VmRecord {
     /// The sandbox's environment, under every command's own.
     #[serde(default)]
     env: BTreeMap<String, String>,
-    qemu_pid: Option<u32>,
-    /// Its vsock backend's.
+    /// The VMM's process ID, then its helpers' (a vsock backend).
     #[serde(default)]
-    backend_pid: Option<u32>,
+    pids: Vec<u32>,
 }
 
-/// The QEMU microVM provider.
-pub struct QemuProvider {
-    config: QemuProviderConfig,
+impl VmRecord {
+    fn vmm_pid(&self) -> Option<u32> {
+        self.pids.first().copied()
+    }
+}
+
+/// Which accelerator QEMU uses, and why.
+#[derive(Debug, Clone)]
+struct Accel {
+    accel: &'static str,
+    why: String,
+}
+
+/// The VMM-specific half of a provider.
+enum Driver {
+    Qemu {
+        config: QemuProviderConfig,
+        /// `auto`'s probe result, decided once.
+        probed: Arc<OnceCell<Accel>>,
+    },
+    Firecracker {
+        config: FirecrackerProviderConfig,
+    },
+}
+
+/// The paths and limits both drivers share.
+struct Common {
+    kernel_path: PathBuf,
+    agent_path: PathBuf,
     data_dir: PathBuf,
+    rootfs_dir: PathBuf,
+    boot_timeout: Duration,
+}
+
+/// A microVM provider: `qemu` or `firecracker`.
+pub struct MicrovmProvider {
+    driver: Driver,
+    kernel_path: PathBuf,
+    agent_path: PathBuf,
+    data_dir: PathBuf,
+    boot_timeout: Duration,
     images: RootfsCache,
     initramfs: OnceCell<PathBuf>,
-    /// The VMs this process booted (their processes end with it).
+    /// The VMs this process booted, whose processes it watches.
     vms: Mutex<HashMap<SandboxId, RunningVm>>,
+    failures: mpsc::UnboundedSender<RuntimeFailure>,
+    failures_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<RuntimeFailure>>>,
+    kvm: Kvm,
+    /// The VMM's `--version`, once a health check ran it.
+    vmm_version: OnceLock<String>,
 }
 
 /// Whether the process with this ID runs (a zombie does not) and is one of `dir`'s VM: its
@@ -76,39 +123,124 @@ fn runs_vm(pid: u32, dir: &Path) -> bool {
             .starts_with('Z')
     });
     let dir = dir.as_os_str().as_encoded_bytes();
+    let names_dir = |bytes: &[u8]| bytes.windows(dir.len()).any(|w| w == dir);
+    // QEMU names the directory in its arguments; Firecracker runs inside it.
     running
-        && std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|cmdline| cmdline.windows(dir.len()).any(|w| w == dir))
+        && (std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| names_dir(&c))
+            || std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| names_dir(cwd.as_os_str().as_encoded_bytes())))
 }
 
-impl QemuProvider {
-    /// A provider on `config` (paths are checked by [`Provider::health`], not here), exporting
-    /// images through `docker`.
-    pub fn new(
+/// Decides `auto`: KVM when a probe boot under it answers within the boot timeout.
+async fn probe_accel(vmm: QemuVmm, files: BootFiles, dir: PathBuf, timeout: Duration) -> Accel {
+    let kvm = Kvm::detect();
+    if !kvm.present() {
+        return Accel {
+            accel: "tcg",
+            why: format!("KVM is {}", kvm.describe()),
+        };
+    }
+    let spec = VmSpec {
+        dir,
+        root_disk: None,
+        memory_mb: 128,
+        vcpus: 1,
+        boot_timeout: timeout,
+        hostname: "kvm-probe".to_owned(),
+    };
+    let vmm = QemuVmm {
+        accel: "kvm",
+        ..vmm
+    };
+    let accel = match vm::probe(&vmm, &files, &spec).await {
+        Ok(took) => Accel {
+            accel: "kvm",
+            why: format!("a probe boot under KVM answered in {} ms", took.as_millis()),
+        },
+        Err(err) => Accel {
+            accel: "tcg",
+            why: format!("a probe boot under KVM failed: {err}"),
+        },
+    };
+    tracing::info!(accel = accel.accel, why = %accel.why, "qemu: accelerator chosen");
+    accel
+}
+
+/// The shared keys, which both configurations spell alike.
+macro_rules! common_keys {
+    ($config:expr) => {
+        Common {
+            kernel_path: $config.kernel_path.clone(),
+            agent_path: $config.agent_path.clone(),
+            data_dir: $config.data_dir.clone(),
+            rootfs_dir: $config.rootfs_dir.clone(),
+            boot_timeout: $config.boot_timeout.as_std(),
+        }
+    };
+}
+
+impl MicrovmProvider {
+    /// The `qemu` provider on `config` (paths are checked by [`Provider::health`], not here),
+    /// exporting images through `docker`.
+    pub fn qemu(
         config: QemuProviderConfig,
         docker: Option<Arc<crate::docker::DockerProvider>>,
     ) -> Self {
-        let data_dir = if config.data_dir.as_os_str().is_empty() {
-            std::env::temp_dir().join("svc-qemu")
-        } else {
-            config.data_dir.clone()
+        let common = common_keys!(config);
+        let driver = Driver::Qemu {
+            config,
+            probed: Arc::new(OnceCell::new()),
         };
-        let rootfs_dir = if config.rootfs_dir.as_os_str().is_empty() {
+        Self::new(driver, common, docker)
+    }
+
+    /// The `firecracker` provider on `config`, exporting images through `docker`.
+    pub fn firecracker(
+        config: FirecrackerProviderConfig,
+        docker: Option<Arc<crate::docker::DockerProvider>>,
+    ) -> Self {
+        let common = common_keys!(config);
+        Self::new(Driver::Firecracker { config }, common, docker)
+    }
+
+    fn new(
+        driver: Driver,
+        common: Common,
+        docker: Option<Arc<crate::docker::DockerProvider>>,
+    ) -> Self {
+        let name = match &driver {
+            Driver::Qemu { .. } => PROVIDER_QEMU,
+            Driver::Firecracker { .. } => PROVIDER_FIRECRACKER,
+        };
+        let data_dir = if common.data_dir.as_os_str().is_empty() {
+            std::env::temp_dir().join(format!("svc-{name}"))
+        } else {
+            common.data_dir
+        };
+        let rootfs_dir = if common.rootfs_dir.as_os_str().is_empty() {
             data_dir.join("rootfs")
         } else {
-            config.rootfs_dir.clone()
+            common.rootfs_dir
         };
-        let kernel = config
+        let kernel = common
             .kernel_path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        QemuProvider {
+        let (failures, failures_rx) = mpsc::unbounded_channel();
+        MicrovmProvider {
+            driver,
             images: RootfsCache::new(rootfs_dir, kernel, docker),
-            config,
+            kernel_path: common.kernel_path,
+            agent_path: common.agent_path,
+            boot_timeout: common.boot_timeout,
             data_dir,
             initramfs: OnceCell::new(),
             vms: Mutex::new(HashMap::new()),
+            failures,
+            failures_rx: std::sync::Mutex::new(Some(failures_rx)),
+            kvm: Kvm::detect(),
+            vmm_version: OnceLock::new(),
         }
     }
 
@@ -118,7 +250,7 @@ impl QemuProvider {
 
     fn agent(&self, id: &SandboxId) -> AgentClient {
         AgentClient::new(Arc::new(VsockConnector::new(
-            self.vm_dir(id).join("vsock.sock"),
+            self.vm_dir(id).join(VSOCK_SOCKET),
             svc_agent_proto::AGENT_PORT,
         )))
     }
@@ -136,19 +268,19 @@ impl QemuProvider {
         Ok(self.agent(id))
     }
 
-    /// The initramfs (agent and modules), built once per process from the configured agent
-    /// and the `modules/` directory beside the kernel.
-    async fn initramfs(&self) -> Result<PathBuf, ProviderError> {
-        self.initramfs
+    /// The kernel and the initramfs (agent and modules), built once per process from the
+    /// configured agent and the `modules/` directory beside the kernel.
+    async fn boot_files(&self) -> Result<BootFiles, ProviderError> {
+        let initramfs = self
+            .initramfs
             .get_or_try_init(|| async {
                 let modules = self
-                    .config
                     .kernel_path
                     .parent()
                     .unwrap_or(Path::new("/"))
                     .join("modules");
                 let (agent, path) = (
-                    self.config.agent_path.clone(),
+                    self.agent_path.clone(),
                     self.data_dir.join("initramfs.cpio"),
                 );
                 tokio::fs::create_dir_all(&self.data_dir).await?;
@@ -159,54 +291,98 @@ impl QemuProvider {
                         .map_err(|e| {
                             ProviderError::failed(format!(
                                 "building the initramfs from {}: {e}",
-                                self.config.agent_path.display()
+                                self.agent_path.display()
                             ))
                         })?;
                 tokio::fs::write(&path, image).await?;
-                Ok(path)
+                Ok::<_, ProviderError>(path)
             })
-            .await
-            .cloned()
+            .await?;
+        Ok(BootFiles {
+            kernel: self.kernel_path.clone(),
+            initramfs: initramfs.clone(),
+        })
     }
 
-    fn host(&self, initramfs: PathBuf) -> QemuHost {
-        QemuHost {
-            qemu: self.config.qemu_path.clone(),
-            vsock_backend: self.config.vsock_backend_path.clone(),
-            kernel: self.config.kernel_path.clone(),
-            initramfs,
-            // `auto` stays on emulation until the KVM probe boot exists.
-            accel: self.config.accel.as_qemu().unwrap_or("tcg").to_owned(),
+    /// The probe of `auto`, started in the background once (by the start-up health check) or
+    /// awaited (by a spawn).
+    fn probe(
+        &self,
+        files: &BootFiles,
+    ) -> Option<impl std::future::Future<Output = Accel> + Send + 'static> {
+        let Driver::Qemu { config, probed } = &self.driver else {
+            return None;
+        };
+        if config.accel != QemuAccel::Auto {
+            return None;
+        }
+        let (probed, files) = (Arc::clone(probed), files.clone());
+        let vmm = self.qemu_vmm(config, "kvm");
+        let (dir, timeout) = (self.data_dir.join("kvm-probe"), self.boot_timeout);
+        Some(async move {
+            probed
+                .get_or_init(|| probe_accel(vmm, files, dir, timeout))
+                .await
+                .clone()
+        })
+    }
+
+    fn qemu_vmm(&self, config: &QemuProviderConfig, accel: &'static str) -> QemuVmm {
+        QemuVmm {
+            qemu: config.qemu_path.clone(),
+            vsock_backend: config.vsock_backend_path.clone(),
+            accel,
+        }
+    }
+
+    /// The driver that boots the next VM.
+    async fn vmm(&self, files: &BootFiles) -> Box<dyn Vmm> {
+        match &self.driver {
+            Driver::Qemu { config, .. } => {
+                let accel = match (config.accel.as_qemu(), self.probe(files)) {
+                    (Some(accel), _) => accel,
+                    (None, Some(probe)) => probe.await.accel,
+                    (None, None) => "tcg",
+                };
+                Box::new(self.qemu_vmm(config, accel))
+            }
+            Driver::Firecracker { config } => Box::new(FirecrackerVmm {
+                firecracker: config.firecracker_path.clone(),
+            }),
         }
     }
 
     async fn spawn_inner(&self, spec: &SpawnSpec) -> Result<(), ProviderError> {
         let disk = self.images.root_disk(&spec.image).await?;
-        let host = self.host(self.initramfs().await?);
+        let files = self.boot_files().await?;
+        let vmm = self.vmm(&files).await;
         let dir = self.vm_dir(&spec.id);
-        let vm = host
-            .boot(&VmSpec {
-                dir: dir.clone(),
-                root_disk: disk,
-                memory_mb: spec.memory_mb,
-                vcpus: spec.vcpus,
-                boot_timeout: self.config.boot_timeout.as_std(),
-                hostname: spec.id.as_str().to_owned(),
-            })
-            .await?;
+        let watch = Watch {
+            sandbox_id: spec.id.clone(),
+            failures: self.failures.clone(),
+            vmm: self.name(),
+        };
+        let vm_spec = VmSpec {
+            dir: dir.clone(),
+            root_disk: Some(disk),
+            memory_mb: spec.memory_mb,
+            vcpus: spec.vcpus,
+            boot_timeout: self.boot_timeout,
+            hostname: spec.id.as_str().to_owned(),
+        };
+        let vm = vm::boot(vmm.as_ref(), &files, &vm_spec, watch).await?;
         let record = VmRecord {
             image: spec.image.clone(),
             labels: spec.labels.clone(),
             env: spec.env.clone(),
-            qemu_pid: vm.pid(),
-            backend_pid: vm.backend_pid(),
+            pids: vm.pids().to_vec(),
         };
         let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
         if let Err(err) = tokio::fs::write(dir.join("runtime.json"), json).await {
             vm.shutdown().await;
             return Err(ProviderError::failed(format!("recording the VM: {err}")));
         }
-        tracing::info!(sandbox_id = %spec.id, boot_ms = vm.boot_time.as_millis() as u64, "microVM booted");
+        tracing::info!(sandbox_id = %spec.id, provider = self.name(), boot_ms = vm.boot_time.as_millis() as u64, "microVM booted");
         self.vms.lock().await.insert(spec.id.clone(), vm);
         Ok(())
     }
@@ -217,12 +393,46 @@ impl QemuProvider {
             .ok()?;
         serde_json::from_slice(&bytes).ok()
     }
+
+    /// Checks the binaries a driver runs, keeping the VMM's version for the provider detail.
+    async fn check_binaries(&self) -> Result<(), ProviderError> {
+        let (key, vmm, helper) = match &self.driver {
+            Driver::Qemu { config, .. } => (
+                "qemu_path",
+                &config.qemu_path,
+                Some(&config.vsock_backend_path),
+            ),
+            Driver::Firecracker { config } => ("firecracker_path", &config.firecracker_path, None),
+        };
+        let unavailable = |key: &str, err: String| ProviderError::Unavailable {
+            message: format!("providers.{}.{key}: {err}", self.name()),
+        };
+        let version = super::host::version(vmm)
+            .await
+            .map_err(|e| unavailable(key, e))?;
+        let _ = self.vmm_version.set(version);
+        if let Some(helper) = helper {
+            super::host::version(helper)
+                .await
+                .map_err(|e| unavailable("vsock_backend_path", e))?;
+        }
+        if matches!(self.driver, Driver::Firecracker { .. }) && !self.kvm.present() {
+            return Err(unavailable(
+                "kvm",
+                format!("Firecracker needs KVM, which is {}", self.kvm.describe()),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
-impl Provider for QemuProvider {
+impl Provider for MicrovmProvider {
     fn name(&self) -> &'static str {
-        PROVIDER_QEMU
+        match self.driver {
+            Driver::Qemu { .. } => PROVIDER_QEMU,
+            Driver::Firecracker { .. } => PROVIDER_FIRECRACKER,
+        }
     }
 
     fn capabilities(&self) -> &'static [Capability] {
@@ -232,24 +442,55 @@ impl Provider for QemuProvider {
     fn config_summary(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut config = serde_json::Map::new();
         let path = |p: &Path| serde_json::Value::from(p.display().to_string());
-        config.insert("qemu_path".into(), path(&self.config.qemu_path));
-        config.insert("kernel_path".into(), path(&self.config.kernel_path));
-        config.insert("agent_path".into(), path(&self.config.agent_path));
+        let vmm_path = match &self.driver {
+            Driver::Qemu {
+                config: qemu,
+                probed,
+            } => {
+                config.insert("qemu_path".into(), path(&qemu.qemu_path));
+                config.insert("vsock_backend_path".into(), path(&qemu.vsock_backend_path));
+                config.insert("vsock_backend".into(), path(&qemu.vsock_backend_path));
+                let accel = match (qemu.accel, probed.get()) {
+                    (QemuAccel::Auto, Some(probed)) => {
+                        format!("auto: {} ({})", probed.accel, probed.why)
+                    }
+                    (QemuAccel::Auto, None) => "auto (the KVM probe has not finished)".to_owned(),
+                    (QemuAccel::Kvm, _) => "kvm".to_owned(),
+                    (QemuAccel::Tcg, _) => "tcg".to_owned(),
+                };
+                config.insert("accel".into(), accel.into());
+                &qemu.qemu_path
+            }
+            Driver::Firecracker {
+                config: firecracker,
+            } => {
+                config.insert(
+                    "firecracker_path".into(),
+                    path(&firecracker.firecracker_path),
+                );
+                config.insert(
+                    "vsock_backend".into(),
+                    "firecracker's own (Unix socket per VM)".into(),
+                );
+                &firecracker.firecracker_path
+            }
+        };
+        let vmm = match self.vmm_version.get() {
+            Some(version) => format!("{} ({version})", vmm_path.display()),
+            None => vmm_path.display().to_string(),
+        };
+        config.insert("vmm".into(), vmm.into());
+        config.insert("kernel_path".into(), path(&self.kernel_path));
+        config.insert("kernel".into(), path(&self.kernel_path));
+        config.insert("kvm".into(), self.kvm.describe().into());
+        config.insert("agent_path".into(), path(&self.agent_path));
         config.insert("data_dir".into(), path(&self.data_dir));
         config.insert("rootfs_dir".into(), path(self.images.dir()));
         config.insert(
-            "vsock_backend_path".into(),
-            path(&self.config.vsock_backend_path),
-        );
-        let accel = match self.config.accel {
-            QemuAccel::Auto => "auto (tcg)",
-            QemuAccel::Kvm => "kvm",
-            QemuAccel::Tcg => "tcg",
-        };
-        config.insert("accel".into(), accel.into());
-        config.insert(
             "boot_timeout".into(),
-            self.config.boot_timeout.to_string().into(),
+            svc_core::GoDuration::new(self.boot_timeout)
+                .to_string()
+                .into(),
         );
         config
     }
@@ -260,33 +501,33 @@ impl Provider for QemuProvider {
 
     async fn health(&self) -> Result<(), ProviderError> {
         for (path, key) in [
-            (&self.config.kernel_path, "kernel_path"),
-            (&self.config.agent_path, "agent_path"),
+            (&self.kernel_path, "kernel_path"),
+            (&self.agent_path, "agent_path"),
         ] {
             if tokio::fs::metadata(path).await.is_err() {
                 return Err(ProviderError::Unavailable {
-                    message: format!("providers.qemu.{key} {} does not exist", path.display()),
+                    message: format!(
+                        "providers.{}.{key} {} does not exist",
+                        self.name(),
+                        path.display()
+                    ),
                 });
             }
         }
-        for (program, key) in [
-            (&self.config.qemu_path, "qemu_path"),
-            (&self.config.vsock_backend_path, "vsock_backend_path"),
-        ] {
-            let ran = tokio::process::Command::new(program)
-                .arg("--version")
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .await;
-            if ran.is_err() {
-                return Err(ProviderError::Unavailable {
-                    message: format!("providers.qemu.{key} {} cannot be run", program.display()),
-                });
-            }
+        self.check_binaries().await?;
+        // `auto` decides on KVM once, in the background, from the first check (at start-up).
+        let files = self.boot_files().await?;
+        if let Some(probe) = self.probe(&files) {
+            tokio::spawn(probe);
         }
         Ok(())
+    }
+
+    fn take_failures(&self) -> Option<mpsc::UnboundedReceiver<RuntimeFailure>> {
+        self.failures_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError> {
@@ -304,13 +545,11 @@ impl Provider for QemuProvider {
             vm.shutdown().await;
         } else if let Some(record) = self.record(id).await {
             // A VM of an earlier svc process: its processes are not our children.
-            for pid in [record.qemu_pid, record.backend_pid].into_iter().flatten() {
-                let pid = i32::try_from(pid)
+            let dir = self.vm_dir(id);
+            for pid in record.pids.iter().filter(|pid| runs_vm(**pid, &dir)) {
+                if let Some(pid) = i32::try_from(*pid)
                     .ok()
-                    .and_then(rustix::process::Pid::from_raw);
-                let dir = self.vm_dir(id);
-                if let Some(pid) =
-                    pid.filter(|p| runs_vm(p.as_raw_nonzero().get().unsigned_abs(), &dir))
+                    .and_then(rustix::process::Pid::from_raw)
                 {
                     let _ = crate::process::signal_process(pid, crate::Signal::Kill);
                 }
@@ -326,13 +565,13 @@ impl Provider for QemuProvider {
     }
 
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
+        let dir = self.vm_dir(id);
         Ok(match self.record(id).await {
-            Some(VmRecord {
-                qemu_pid: Some(pid),
-                ..
-            }) if runs_vm(pid, &self.vm_dir(id)) => RuntimeStatus::Running,
+            Some(record) if record.vmm_pid().is_some_and(|pid| runs_vm(pid, &dir)) => {
+                RuntimeStatus::Running
+            }
             Some(_) => RuntimeStatus::Stopped,
-            None if tokio::fs::metadata(self.vm_dir(id)).await.is_ok() => RuntimeStatus::Stopped,
+            None if tokio::fs::metadata(&dir).await.is_ok() => RuntimeStatus::Stopped,
             None => RuntimeStatus::Missing,
         })
     }
@@ -356,7 +595,7 @@ impl Provider for QemuProvider {
                 continue;
             };
             let running = record
-                .qemu_pid
+                .vmm_pid()
                 .is_some_and(|pid| runs_vm(pid, &self.vm_dir(&id)));
             runtimes.push(RuntimeInfo {
                 sandbox_id: id,
@@ -374,7 +613,7 @@ impl Provider for QemuProvider {
         if tokio::fs::metadata(&dir).await.is_err() {
             return Err(ProviderError::RuntimeNotFound { id: id.to_string() });
         }
-        let bytes = tokio::fs::read(dir.join("console.log"))
+        let bytes = tokio::fs::read(dir.join(super::vm::CONSOLE_LOG))
             .await
             .unwrap_or_default();
         Ok(crate::process::last_lines(
