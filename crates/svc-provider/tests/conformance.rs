@@ -999,3 +999,25 @@ async fn qemu_auto_accel_is_decided_by_one_timed_probe_boot() {
         "the probe VM is gone"
     );
 }
+
+/// A directory image is cached by every entry in it: a file changed deep inside builds a new
+/// disk, an untouched directory reuses the cached one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microvm_directory_images_are_rebuilt_when_any_file_changes() {
+    if microvm_assets().is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let image = work.path().join("image");
+    std::fs::create_dir_all(image.join("etc/deep/deeper")).unwrap();
+    std::fs::write(image.join("etc/deep/deeper/conf"), "one").unwrap();
+    let cache =
+        svc_provider::microvm::RootfsCache::new(work.path().join("cache"), "vmlinux".into(), None);
+    let name = image.display().to_string();
+    let first = cache.root_disk(&name).await.unwrap();
+    assert_eq!(cache.root_disk(&name).await.unwrap(), first, "cached");
+    std::fs::write(image.join("etc/deep/deeper/conf"), "two!").unwrap();
+    let second = cache.root_disk(&name).await.unwrap();
+    assert_ne!(second, first, "a change deep inside makes a new disk");
+    assert_eq!(cache.list().await.unwrap().len(), 2);
+}

@@ -1,8 +1,8 @@
 //! Root disks per image, built once and cached in `rootfs_dir` (`GET /snapshots` lists them).
 //! An image name is a Docker image, exported through the engine (pulled first when missing)
 //! and cached by its image ID, so a retagged image is built again. An image that is an
-//! absolute path names the content directly: a directory, or a `.tar` unpacked first, cached by
-//! its path, size and modification time.
+//! absolute path names the content directly: a directory, cached by its path and every entry's
+//! size, mode and modification time, or a `.tar` unpacked first, cached by its path and stamp.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -78,15 +78,19 @@ impl RootfsCache {
         let metadata = tokio::fs::metadata(source)
             .await
             .map_err(|e| invalid(format!("image {image:?}: {e}")))?;
-        let modified = metadata
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        let key = format!("{image}\0{}\0{modified}", metadata.len());
         if metadata.is_dir() {
-            Ok((Source::Dir(source.to_path_buf()), key))
+            // Every entry counts: a file changed deep inside makes a new disk.
+            let dir = source.to_path_buf();
+            let listing = tokio::task::spawn_blocking(move || tree_listing(&dir))
+                .await
+                .map_err(|e| ProviderError::failed(format!("reading image {image:?}: {e}")))?
+                .map_err(|e| invalid(format!("image {image:?}: {e}")))?;
+            Ok((
+                Source::Dir(source.to_path_buf()),
+                format!("{image}\0{listing}"),
+            ))
         } else if metadata.is_file() && image.ends_with(".tar") {
+            let key = format!("{image}\0{}", stamp(&metadata));
             Ok((Source::Tar(source.to_path_buf()), key))
         } else {
             Err(invalid(format!(
@@ -157,6 +161,42 @@ impl RootfsCache {
         snapshots.sort_by_key(|s| s.created_at);
         Ok(snapshots)
     }
+}
+
+/// Size, mode and modification time: what changes when a file does.
+fn stamp(metadata: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{}:{:o}:{}.{}",
+        metadata.len(),
+        metadata.mode(),
+        metadata.mtime(),
+        metadata.mtime_nsec()
+    )
+}
+
+/// Every entry under `root` (not following symlinks), sorted, with its [`stamp`].
+fn tree_listing(root: &Path) -> std::io::Result<String> {
+    let mut entries = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let metadata = entry.path().symlink_metadata()?;
+            if metadata.is_dir() {
+                pending.push(entry.path());
+            }
+            let name = entry.path();
+            let name = name
+                .strip_prefix(root)
+                .unwrap_or(&name)
+                .display()
+                .to_string();
+            entries.push(format!("{name}\0{}", stamp(&metadata)));
+        }
+    }
+    entries.sort();
+    Ok(entries.join("\n"))
 }
 
 /// Unpacks `tarball` into `work/root`; the directory.
