@@ -24,6 +24,11 @@ pub const VERSION: u32 = 1;
 /// The vsock port the agent listens on inside a guest.
 pub const AGENT_PORT: u32 = 1024;
 
+/// What the agent prints on the guest's console (followed by the port) once it accepts vsock
+/// connections. Hosts wait for it before their first `CONNECT`: one sent while the guest's vsock
+/// driver is still loading can leave a vsock backend never answering that guest.
+pub const SERVING_LINE: &str = "svc-agent: serving on vsock port";
+
 /// The largest frame (kind byte and payload), either way.
 pub const MAX_FRAME: usize = 1024 * 1024;
 

@@ -55,7 +55,7 @@ pub(crate) async fn unix(path: &Path) -> std::io::Result<()> {
 pub(crate) async fn vsock(port: u32) -> std::io::Result<()> {
     let address = tokio_vsock::VsockAddr::new(tokio_vsock::VMADDR_CID_ANY, port);
     let listener = tokio_vsock::VsockListener::bind(address)?;
-    eprintln!("svc-agent: serving on vsock port {port}");
+    eprintln!("{} {port}", svc_agent_proto::SERVING_LINE);
     let started = Instant::now();
     loop {
         let (stream, _) = listener.accept().await?;

@@ -159,6 +159,11 @@ impl Config {
                 "providers.firecracker.agent_path",
                 || "is required when the firecracker provider is enabled".to_owned(),
             );
+            p.check(
+                !firecracker.boot_timeout.is_zero(),
+                "providers.firecracker.boot_timeout",
+                || "must be longer than 0s".to_owned(),
+            );
         }
     }
 
@@ -672,11 +677,13 @@ mod tests {
 
         let mut config = Config::default();
         config.providers.firecracker.enabled = true;
+        config.providers.firecracker.boot_timeout = crate::GoDuration::ZERO;
         assert_eq!(
             keys(&config.validate()),
             vec![
                 "providers.firecracker.kernel_path",
-                "providers.firecracker.agent_path"
+                "providers.firecracker.agent_path",
+                "providers.firecracker.boot_timeout"
             ]
         );
 

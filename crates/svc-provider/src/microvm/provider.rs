@@ -417,10 +417,9 @@ impl MicrovmProvider {
                 .map_err(|e| unavailable("vsock_backend_path", e))?;
         }
         if matches!(self.driver, Driver::Firecracker { .. }) && !self.kvm.present() {
-            return Err(unavailable(
-                "kvm",
-                format!("Firecracker needs KVM, which is {}", self.kvm.describe()),
-            ));
+            return Err(ProviderError::Unavailable {
+                message: format!("Firecracker needs KVM, which is {}", self.kvm.describe()),
+            });
         }
         Ok(())
     }
