@@ -171,6 +171,11 @@ impl Api {
             .header(hyper::header::ACCEPT, "application/json")
             .body(Full::new(Bytes::from(json)))
             .map_err(api_error)?;
+        // The connection takes the next request only once the previous exchange is done.
+        self.sender
+            .ready()
+            .await
+            .map_err(|e| api_error(format!("PUT {path}: {e}")))?;
         let response = self
             .sender
             .send_request(request)

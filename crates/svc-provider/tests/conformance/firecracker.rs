@@ -137,6 +137,16 @@ impl Fake {
                     .find(|r| r.1 == "/vsock")
                     .map(|r| r.2["uds_path"].as_str().unwrap().to_owned());
                 serve_vsock(dir.join(uds.unwrap()), agent.clone());
+                // What the agent prints on the guest's serial console, Firecracker's output.
+                let mut console = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(dir.join("console.log"))
+                    .unwrap();
+                std::io::Write::write_all(
+                    &mut console,
+                    format!("{} 1024\n", svc_agent_proto::SERVING_LINE).as_bytes(),
+                )
+                .unwrap();
             }
         }
         (StatusCode::NO_CONTENT, String::new())
