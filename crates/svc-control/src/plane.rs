@@ -171,6 +171,10 @@ impl ControlPlane {
             tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
             tokio::spawn(crate::reconcile::run(self.clone(), cancel.clone())),
         ];
+        for provider in self.providers().all() {
+            let provider = Arc::clone(provider);
+            tokio::spawn(async move { provider.warm_up().await });
+        }
         for provider in self.providers().all_for_cleanup() {
             if let Some(failures) = provider.take_failures() {
                 loops.push(tokio::spawn(crate::runtime_failures::run(

@@ -144,6 +144,10 @@ pub trait Provider: Send + Sync + 'static {
     /// Checks the backend answers.
     async fn health(&self) -> Result<(), ProviderError>;
 
+    /// Starts what the provider prepares in the background while serving (qemu's KVM probe);
+    /// called once when the service starts, never by one-off checks such as `svc doctor`.
+    async fn warm_up(&self) {}
+
     /// Runtimes that end on their own, as the provider notices them; the first caller takes
     /// the receiver. Providers that cannot watch their runtimes answer `None` and leave it to
     /// reconciliation.

@@ -937,8 +937,8 @@ async fn docker_files_work_without_a_shell() {
     backend.provider.destroy(&sandbox.id).await.unwrap();
 }
 
-/// `accel: auto` boots a probe VM under KVM once, in the background from the start-up health
-/// check, bounded by the boot timeout; what it decided (and why) is in the provider detail,
+/// `accel: auto` boots a probe VM under KVM once, from the provider's start-up warm-up, bounded
+/// by the boot timeout; what it decided (and why) is in the provider detail,
 /// and spawns use it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qemu_auto_accel_is_decided_by_one_timed_probe_boot() {
@@ -968,6 +968,15 @@ async fn qemu_auto_accel_is_decided_by_one_timed_probe_boot() {
     assert_eq!(summary["kvm"], kvm.describe());
     let started = Instant::now();
     provider.health().await.unwrap();
+    assert_eq!(
+        provider.config_summary()["accel"],
+        "auto (the KVM probe has not finished)",
+        "a health check never starts the probe (svc doctor runs them)"
+    );
+    let warming = tokio::spawn({
+        let provider = Arc::clone(&provider);
+        async move { provider.warm_up().await }
+    });
     assert!(
         provider.config_summary()["vmm"]
             .as_str()
@@ -977,6 +986,7 @@ async fn qemu_auto_accel_is_decided_by_one_timed_probe_boot() {
     );
     // The spawn waits for the probe, then boots with what it decided.
     let sandbox = Sandbox::new(Arc::clone(&provider), &backend.image).await;
+    warming.await.unwrap();
     let took = started.elapsed();
     let accel = provider.config_summary()["accel"]
         .as_str()

@@ -64,6 +64,10 @@ impl Provider for Metered {
         self.inner.default_network()
     }
 
+    async fn warm_up(&self) {
+        self.inner.warm_up().await;
+    }
+
     fn take_failures(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<RuntimeFailure>> {
         self.inner.take_failures()
     }

@@ -304,8 +304,8 @@ impl MicrovmProvider {
         })
     }
 
-    /// The probe of `auto`, started in the background once (by the start-up health check) or
-    /// awaited (by a spawn).
+    /// The probe of `auto`, run once: by [`Provider::warm_up`] at start-up, or by the first
+    /// spawn, whichever comes first (the other waits for its result).
     fn probe(
         &self,
         files: &BootFiles,
@@ -513,13 +513,21 @@ impl Provider for MicrovmProvider {
                 });
             }
         }
-        self.check_binaries().await?;
-        // `auto` decides on KVM once, in the background, from the first check (at start-up).
-        let files = self.boot_files().await?;
-        if let Some(probe) = self.probe(&files) {
-            tokio::spawn(probe);
+        self.check_binaries().await
+    }
+
+    async fn warm_up(&self) {
+        // `auto` decides on KVM once, at start-up; a spawn that comes first waits for it.
+        match self.boot_files().await {
+            Ok(files) => {
+                if let Some(probe) = self.probe(&files) {
+                    probe.await;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(provider = self.name(), error = %err, "preparing the boot files failed");
+            }
         }
-        Ok(())
     }
 
     fn take_failures(&self) -> Option<mpsc::UnboundedReceiver<RuntimeFailure>> {

@@ -65,6 +65,35 @@ impl SqliteStore {
     }
 }
 
+/// The schema version of the database file at `path` and the latest this binary knows, read
+/// without writing anything (no file is created, no migration runs); `None` when there is no
+/// file yet.
+pub async fn inspect(path: impl AsRef<Path>) -> StoreResult<Option<(i64, i64)>> {
+    let path = path.as_ref().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| StoreError::Backend {
+            operation: "inspect",
+            source: e.into(),
+        })?;
+        Ok(Some((
+            migrate::current_version(&conn)?,
+            migrate::latest_version(),
+        )))
+    })
+    .await
+    .map_err(|e| StoreError::Backend {
+        operation: "inspect",
+        source: e.into(),
+    })?
+}
+
 /// One statement for every filter combination, so it is prepared once and cached.
 const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
      AND (:active_only = 0 OR state != 'destroyed') \

@@ -1,7 +1,8 @@
-//! The command line (decisions §16): `serve`, `openapi`, `config lint`.
+//! The command line (decisions §16): `serve`, `openapi`, `config lint`, `doctor`, `db`, `worker`.
 
 mod config;
 mod db;
+mod doctor;
 mod openapi;
 mod serve;
 mod worker;
@@ -39,6 +40,15 @@ enum Command {
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+    /// Checks the environment: configuration, store, providers, disk space, clock.
+    Doctor {
+        /// Configuration file (default: ./svc.yaml when present).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Also apply the production rules of `config lint`.
+        #[arg(long)]
+        production: bool,
     },
     /// Database tools (PostgreSQL).
     Db {
@@ -88,6 +98,7 @@ pub fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Lint { config, production },
         } => config::lint(config.as_deref(), production),
+        Command::Doctor { config, production } => doctor::run(config.as_deref(), production),
         Command::Db {
             command: DbCommand::PgBackup { output, config },
         } => db::backup(config.as_deref(), &output),

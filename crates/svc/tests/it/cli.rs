@@ -513,3 +513,119 @@ fn a_server_killed_with_sigkill_heals_at_the_next_start() {
         store.close().await;
     });
 }
+
+/// `svc doctor` over good and bad set-ups: one `ok|warn|fail <check>: ...` line per check,
+/// exit 1 on any fail, the key or path at fault named, secrets never printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_each_check_and_fails_on_any_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "database:\n  path: {db}\nproviders:\n  docker:\n    enabled: false\n  mock:\n    root_dir: {mock}\n",
+        db = dir.path().join("svc.db").display(),
+        mock = dir.path().join("mock").display()
+    );
+    let migrated = dir.path().join("migrated.db");
+    drop(
+        svc_store::sqlite::SqliteStore::open(&migrated)
+            .await
+            .unwrap(),
+    );
+    // (what, svc.yaml, extra arguments, exit code, texts the output holds)
+    type Case<'a> = (&'a str, String, &'a [&'a str], i32, Vec<&'a str>);
+    let cases: Vec<Case> = vec![
+        (
+            "a fresh development set-up",
+            base.clone(),
+            &[],
+            0,
+            vec![
+                "ok config: valid",
+                "warn store: ",
+                "does not exist yet",
+                "ok provider mock: healthy",
+                "ok disk ",
+                "ok clock: ",
+            ],
+        ),
+        (
+            "a migrated SQLite file",
+            base.replace("svc.db", "migrated.db"),
+            &[],
+            0,
+            vec!["ok store: ", "(current)"],
+        ),
+        (
+            "a key that does not exist",
+            format!("{base}server:\n  prot: 1\n"),
+            &[],
+            1,
+            vec!["fail config: ", "server.prot"],
+        ),
+        (
+            "production rules",
+            base.clone(),
+            &["--production"],
+            1,
+            vec!["ok config: valid", "fail config.production: providers.mock.enabled"],
+        ),
+        (
+            "a qemu provider without its kernel",
+            format!(
+                "{base}  qemu:\n    enabled: true\n    kernel_path: {k}\n    agent_path: /bin/true\n",
+                k = dir.path().join("no-vmlinux").display()
+            ),
+            &[],
+            1,
+            vec!["fail provider qemu: ", "providers.qemu.kernel_path", "no-vmlinux"],
+        ),
+        (
+            "an unreachable PostgreSQL",
+            format!(
+                "{}database:\n  driver: postgres\n  dsn: postgres://svc:hunter2-secret@127.0.0.1:1/svc\n",
+                base.replacen(
+                    &format!("database:\n  path: {}\n", dir.path().join("svc.db").display()),
+                    "",
+                    1
+                )
+            ),
+            &[],
+            1,
+            vec!["fail store: PostgreSQL unreachable"],
+        ),
+    ];
+    for (name, yaml, args, code, expected) in cases {
+        let file = dir.path().join("svc.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let out = svc()
+            .arg("doctor")
+            .arg("--config")
+            .arg(&file)
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(code), "{name}:\n{stdout}");
+        for line in stdout.lines() {
+            assert!(
+                ["ok ", "warn ", "fail "]
+                    .iter()
+                    .any(|p| line.starts_with(p)),
+                "{name}: every line is a finding: {line}"
+            );
+        }
+        for text in expected {
+            assert!(
+                stdout.contains(text),
+                "{name}: {text:?} missing from\n{stdout}"
+            );
+        }
+        assert!(
+            !stdout.contains("hunter2"),
+            "{name}: a secret was printed\n{stdout}"
+        );
+    }
+    assert!(
+        !dir.path().join("svc.db").exists(),
+        "doctor creates no database"
+    );
+}
