@@ -95,6 +95,15 @@ fn owner(headers: &HeaderMap) -> Result<Option<OwnerId>, Error> {
         .map_err(|e| Error::invalid("X-User-ID", format!("header invalid: {e}")))
 }
 
+/// Whether `path` is a sandbox route: in pool mode each needs the user it acts for
+/// (decisions §15). Spawning from a template makes a sandbox too.
+fn acts_on_sandboxes(path: &str) -> bool {
+    let path = path.strip_prefix("/api/v1").unwrap_or(path);
+    path == "/sandboxes"
+        || path.starts_with("/sandboxes/")
+        || (path.starts_with("/templates/") && path.ends_with("/spawn"))
+}
+
 /// The tenant of an `/admin/tenants/{tenantID}/...` path, and whether the path goes below the
 /// tenant itself (members, policies, audit: the tenant admin's routes).
 fn tenant_in_path(path: &str) -> Option<(&str, bool)> {
@@ -167,6 +176,13 @@ async fn authenticate_routed(plane: ControlPlane, mut request: Request, next: Ne
         },
         Err(err) => return ApiError(err).into_response(),
     };
+    if plane.config().pool.enabled && principal.owner.is_none() && acts_on_sandboxes(&path) {
+        return ApiError(Error::invalid(
+            "X-User-ID",
+            "header is required on sandbox routes when pool mode is on (pool.enabled)",
+        ))
+        .into_response();
+    }
     let template = request
         .extensions()
         .get::<MatchedPath>()

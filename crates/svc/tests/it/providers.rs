@@ -54,3 +54,43 @@ async fn snapshots_and_pool_status() {
     assert_eq!(pool.body, json!({"enabled": false}));
     server.shutdown().await;
 }
+
+/// In pool mode every sandbox route needs the user it acts for (decisions §15); other routes
+/// do not.
+#[tokio::test]
+async fn pool_mode_requires_a_user_on_sandbox_routes() {
+    let server = TestServer::start_with(|c| c.pool.enabled = true).await;
+    for (method, path) in [
+        ("POST", "/sandboxes"),
+        ("GET", "/sandboxes"),
+        ("GET", "/sandboxes/sb-0000000000000000"),
+        ("POST", "/sandboxes/sb-0000000000000000/exec"),
+        ("POST", "/templates/base/spawn"),
+    ] {
+        let response = server
+            .client
+            .request(method.parse().unwrap(), server.url(path))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{method} {path}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["code"], "bad_request", "{method} {path}");
+        assert!(
+            body["message"].as_str().unwrap().contains("X-User-ID"),
+            "{method} {path}: {body}"
+        );
+    }
+    let listed = server
+        .client
+        .get(server.url("/sandboxes"))
+        .header("X-User-ID", "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    assert_eq!(server.get("/providers").await.status, 200);
+    assert_eq!(server.get("/pool/status").await.body["enabled"], true);
+    server.shutdown().await;
+}
