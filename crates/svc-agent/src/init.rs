@@ -158,10 +158,12 @@ pub(crate) fn run(port: u32) -> ! {
     load_modules(Path::new(MODULES_DIR));
     if let Some(device) = cmdline("svc.root") {
         if let Err(err) = switch_root(&device) {
-            // Serving from the initramfs still lets the host see why (and destroy the VM).
+            // Serving from the initramfs would pass for a sandbox of the image; ending the VM
+            // fails its boot at once, with this line in the console the host quotes.
             log(&format!(
-                "switching to the root disk {device} failed: {err}"
+                "switching to the root disk {device} failed: {err}; stopping the VM"
             ));
+            let _ = rustix::system::reboot(rustix::system::RebootCommand::Restart);
         }
     }
     mount_all(&LATE);

@@ -87,6 +87,19 @@ fn microvm_assets() -> Option<svc_provider::microvm::Assets> {
     }
 }
 
+/// A spawn of `image` on a microVM provider: a new ID, 256 MiB, one vCPU.
+fn microvm_spec(image: &str) -> SpawnSpec {
+    SpawnSpec {
+        id: SandboxId::generate(),
+        image: image.to_owned(),
+        memory_mb: 256,
+        vcpus: 1,
+        env: BTreeMap::new(),
+        network: None,
+        labels: BTreeMap::new(),
+    }
+}
+
 /// A QEMU microVM provider (emulated CPU) over the machine's assets, its image a busybox root
 /// filesystem with every applet.
 async fn qemu() -> Option<Backend> {
@@ -811,15 +824,7 @@ async fn qemu_boots_a_docker_image_built_once() {
     assert_eq!(snapshots[0].kernel, "vmlinux");
     assert!(snapshots[0].size > 0);
     // An image the engine does not have and cannot pull is refused, leaving nothing behind.
-    let missing = SpawnSpec {
-        id: SandboxId::generate(),
-        image: "svc-test-no-such-image:latest".into(),
-        memory_mb: 256,
-        vcpus: 1,
-        env: BTreeMap::new(),
-        network: None,
-        labels: BTreeMap::new(),
-    };
+    let missing = microvm_spec("svc-test-no-such-image:latest");
     assert!(provider.spawn(&missing).await.is_err());
     assert_eq!(
         provider.status(&missing.id).await.unwrap(),
@@ -843,15 +848,7 @@ async fn qemu_failures_are_clear_and_leave_nothing() {
         boot_timeout: svc_core::GoDuration::from_secs(4),
         ..assets.qemu_config(dir.path())
     };
-    let spec = || SpawnSpec {
-        id: SandboxId::generate(),
-        image: backend.image.clone(),
-        memory_mb: 256,
-        vcpus: 1,
-        env: BTreeMap::new(),
-        network: None,
-        labels: BTreeMap::new(),
-    };
+    let spec = || microvm_spec(&backend.image);
     let cases = [
         (
             svc_core::config::QemuProviderConfig {
@@ -1030,4 +1027,38 @@ async fn microvm_directory_images_are_rebuilt_when_any_file_changes() {
     let second = cache.root_disk(&name).await.unwrap();
     assert_ne!(second, first, "a change deep inside makes a new disk");
     assert_eq!(cache.list().await.unwrap().len(), 2);
+}
+
+/// A root disk the guest cannot mount fails the boot at once, quoting the guest, instead of a
+/// sandbox that runs without the image's content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_boot_fails_fast_when_the_root_disk_does_not_mount() {
+    let Some(backend) = qemu().await else {
+        return;
+    };
+    let first = Sandbox::new(Arc::clone(&backend.provider), &backend.image).await;
+    backend.provider.destroy(&first.id).await.unwrap();
+    let rootfs = std::path::Path::new(&backend.image)
+        .parent()
+        .unwrap()
+        .join("rootfs");
+    for entry in std::fs::read_dir(&rootfs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "ext4") {
+            std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        }
+    }
+    let spec = microvm_spec(&backend.image);
+    let started = Instant::now();
+    let err = backend.provider.spawn(&spec).await.unwrap_err().to_string();
+    assert!(err.contains("switching to the root disk"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "failed at once, not at the boot deadline: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        backend.provider.status(&spec.id).await.unwrap(),
+        svc_provider::RuntimeStatus::Missing
+    );
 }

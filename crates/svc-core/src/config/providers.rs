@@ -128,7 +128,7 @@ pub struct FirecrackerProviderConfig {
     pub kernel_path: PathBuf,
     /// Where per-image root filesystems are built and cached.
     pub rootfs_dir: PathBuf,
-    /// Guest agent binary copied into every root filesystem.
+    /// The static guest agent, booted as the guest's init from an initramfs.
     pub agent_path: PathBuf,
     /// Per-VM sockets, logs, disks; empty = a directory under the system temp dir.
     pub data_dir: PathBuf,

@@ -279,7 +279,17 @@ impl Vmm for FirecrackerVmm {
             .spawn()
             .map_err(|e| spawn_error(&self.firecracker, &e))?;
         let configured = match self.wait_for_api(&mut process, spec).await {
-            Ok(()) => VmPlan::new(spec).apply(&spec.dir.join(API_SOCKET)).await,
+            Ok(()) => tokio::time::timeout(
+                spec.boot_timeout,
+                VmPlan::new(spec).apply(&spec.dir.join(API_SOCKET)),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(api_error(format!(
+                    "no answer within {:?}",
+                    spec.boot_timeout
+                )))
+            }),
             Err(err) => Err(err),
         };
         match configured {

@@ -104,6 +104,10 @@ impl RootfsCache {
         let (source, key) = self.source(image).await?;
         let key = hex::encode(Sha256::digest(key.as_bytes()));
         let disk = self.dir.join(format!("{}.ext4", &key[..32]));
+        if tokio::fs::metadata(&disk).await.is_ok() {
+            return Ok(disk);
+        }
+        // One build at a time; a spawn of a cached image never waits behind it (above).
         let _building = self.building.lock().await;
         if tokio::fs::metadata(&disk).await.is_ok() {
             return Ok(disk);
@@ -207,6 +211,8 @@ async fn unpack(image: &str, tarball: PathBuf, work: &Path) -> Result<PathBuf, P
         std::fs::create_dir_all(&into)?;
         let mut archive = tar::Archive::new(std::fs::File::open(&tarball)?);
         archive.set_preserve_permissions(true);
+        // Files keep their owners (images with non-root users), which only root can give them.
+        archive.set_preserve_ownerships(rustix::process::geteuid().is_root());
         archive.unpack(&into)
     })
     .await

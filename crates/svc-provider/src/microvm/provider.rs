@@ -122,13 +122,24 @@ fn runs_vm(pid: u32, dir: &Path) -> bool {
             .trim_start()
             .starts_with('Z')
     });
-    let dir = dir.as_os_str().as_encoded_bytes();
-    let names_dir = |bytes: &[u8]| bytes.windows(dir.len()).any(|w| w == dir);
-    // QEMU names the directory in its arguments; Firecracker runs inside it.
+    // QEMU and its backend name files in the directory in their arguments; Firecracker runs
+    // in it.
+    let inside = [dir.as_os_str().as_encoded_bytes(), b"/"].concat();
     running
-        && (std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| names_dir(&c))
-            || std::fs::read_link(format!("/proc/{pid}/cwd"))
-                .is_ok_and(|cwd| names_dir(cwd.as_os_str().as_encoded_bytes())))
+        && (std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(inside.len()).any(|w| w == inside.as_slice()))
+            || std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+}
+
+/// Every running process of `dir`'s VM (see [`runs_vm`]).
+fn processes_of(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != std::process::id() && runs_vm(*pid, dir))
+        .collect()
 }
 
 /// Decides `auto`: KVM when a probe boot under it answers within the boot timeout.
@@ -550,11 +561,15 @@ impl Provider for MicrovmProvider {
         let booted = self.vms.lock().await.remove(id);
         if let Some(vm) = booted {
             vm.shutdown().await;
-        } else if let Some(record) = self.record(id).await {
-            // A VM of an earlier svc process: its processes are not our children.
+        } else {
+            // A VM of an earlier svc process (its processes are not our children), or one whose
+            // boot that process never finished recording: every process naming the directory.
             let dir = self.vm_dir(id);
-            for pid in record.pids.iter().filter(|pid| runs_vm(**pid, &dir)) {
-                if let Some(pid) = i32::try_from(*pid)
+            let pids = tokio::task::spawn_blocking(move || processes_of(&dir))
+                .await
+                .unwrap_or_default();
+            for pid in pids {
+                if let Some(pid) = i32::try_from(pid)
                     .ok()
                     .and_then(rustix::process::Pid::from_raw)
                 {

@@ -421,6 +421,18 @@ async fn firecracker_provider_runs_the_whole_path_on_a_fake_vmm() {
     provider.destroy(&id).await.unwrap();
     assert!(!vm_dir.exists());
     assert!(!alive(pid));
+    // A VM whose booting svc died before recording it: another process's destroy still finds
+    // its VMM (by the directory it runs in) and removes everything.
+    provider.spawn(&spec).await.unwrap();
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(vm_dir.join("runtime.json")).unwrap()).unwrap();
+    let pid = record["pids"][0].as_u64().unwrap() as u32;
+    std::fs::remove_file(vm_dir.join("runtime.json")).unwrap();
+    let later = svc_provider::microvm::MicrovmProvider::firecracker(config.clone(), None);
+    later.destroy(&id).await.unwrap();
+    assert!(!vm_dir.exists());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!alive(pid), "the unrecorded VMM {pid} was killed");
     // A VMM binary that is not there: named, nothing left.
     let missing = svc_provider::microvm::MicrovmProvider::firecracker(
         svc_core::config::FirecrackerProviderConfig {
