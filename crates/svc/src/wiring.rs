@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use svc_control::{Authenticator, ControlPlane, ControlPlaneParts, ProviderRegistry};
-use svc_core::config::{Config, DatabaseDriver};
+use svc_core::config::{Config, DatabaseDriver, PROVIDER_FIRECRACKER, PROVIDER_QEMU};
 use svc_core::Clock;
 use svc_provider::docker::DockerProvider;
 use svc_provider::microvm::MicrovmProvider;
@@ -78,6 +78,25 @@ async fn retired_providers(
     }
     if !config.providers.mock.enabled && store.count_sandboxes_on_provider("mock").await? > 0 {
         retired.push(Arc::new(MockProvider::new(mock_root(config))));
+    }
+    // MicroVMs outlive svc: their records in `data_dir` are all a retired provider needs.
+    if !config.providers.firecracker.enabled
+        && store
+            .count_sandboxes_on_provider(PROVIDER_FIRECRACKER)
+            .await?
+            > 0
+    {
+        retired.push(Arc::new(MicrovmProvider::firecracker(
+            config.providers.firecracker.clone(),
+            None,
+        )));
+    }
+    if !config.providers.qemu.enabled && store.count_sandboxes_on_provider(PROVIDER_QEMU).await? > 0
+    {
+        retired.push(Arc::new(MicrovmProvider::qemu(
+            config.providers.qemu.clone(),
+            None,
+        )));
     }
     for provider in &retired {
         tracing::info!(

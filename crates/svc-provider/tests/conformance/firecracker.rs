@@ -450,3 +450,68 @@ async fn firecracker_provider_runs_the_whole_path_on_a_fake_vmm() {
     assert!(!work.path().join("vms").join(spec.id.as_str()).exists());
     let _ = agent.kill().await;
 }
+
+/// A real Firecracker boot, where a `firecracker` binary (`SVC_TEST_FIRECRACKER`, else on
+/// `PATH`) and real KVM exist: spawn, exec, files, destroy. Elsewhere it says loudly that it
+/// did not run (this machine kind has neither; the fake above covers the driver).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn firecracker_boots_for_real_where_it_can() {
+    let binary = std::env::var_os("SVC_TEST_FIRECRACKER")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("firecracker"))
+                    .find(|p| p.is_file())
+            })
+        });
+    let kvm = svc_provider::microvm::Kvm::detect();
+    let (Some(binary), svc_provider::microvm::Kvm::Real) = (binary, kvm.clone()) else {
+        eprintln!(
+            "SKIPPED (loudly): a real Firecracker boot needs a firecracker binary and real KVM \
+             (KVM here: {}); the driver is covered by the fake Firecracker tests",
+            kvm.describe()
+        );
+        return;
+    };
+    let Some(assets) = super::microvm_assets() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let image = work.path().join("image");
+    for sub in ["bin", "root", "tmp", "etc", "proc", "sys", "dev", "run"] {
+        std::fs::create_dir_all(image.join(sub)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", image.join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", image.join("bin/sh")).unwrap();
+    let provider = svc_provider::microvm::MicrovmProvider::firecracker(
+        svc_core::config::FirecrackerProviderConfig {
+            enabled: true,
+            firecracker_path: binary,
+            kernel_path: assets.kernel(),
+            agent_path: assets.agent(),
+            data_dir: work.path().join("vms"),
+            rootfs_dir: work.path().join("rootfs"),
+            boot_timeout: svc_core::GoDuration::from_secs(30),
+        },
+        None,
+    );
+    provider.health().await.unwrap();
+    let spec = super::microvm_spec(&image.display().to_string());
+    let started = std::time::Instant::now();
+    provider.spawn(&spec).await.unwrap();
+    eprintln!("firecracker boot to agent ready: {:?}", started.elapsed());
+    let out = super::collect(
+        provider
+            .exec(
+                &spec.id,
+                super::spec(&["sh", "-c", "echo inside; cat /proc/version"]),
+            )
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(out.stdout().starts_with("inside\n"), "{}", out.stdout());
+    provider.destroy(&spec.id).await.unwrap();
+    assert!(!work.path().join("vms").join(spec.id.as_str()).exists());
+}

@@ -365,3 +365,32 @@ async fn a_crashed_vmm_ends_its_sandbox_at_once_even_mid_exec() {
     .await;
     server.shutdown().await;
 }
+
+/// A disabled qemu provider still destroys the sandboxes it made (its VMs outlive svc).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_qemu_provider_still_destroys_its_sandboxes() {
+    let Some((mut server, id)) = qemu_sandbox().await else {
+        return;
+    };
+    let pids = vm_pids(&server, &id);
+    let vm_dir = server.config.providers.qemu.data_dir.join(&id);
+    server.config.providers.qemu.enabled = false;
+    let server = server.restart().await;
+    let providers = server.get("/providers").await;
+    assert!(
+        !providers.body.to_string().contains("\"qemu\""),
+        "qemu takes no new spawns: {}",
+        providers.body
+    );
+    let destroyed = server.delete(&format!("/sandboxes/{id}")).await;
+    assert_eq!(destroyed.status, 200, "{}", destroyed.body);
+    crate::harness::wait_for("the VM to go", Duration::from_secs(10), || async {
+        !vm_dir.exists()
+            && pids.iter().all(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map_or(true, |stat| stat.contains(") Z "))
+            })
+    })
+    .await;
+    server.shutdown().await;
+}
