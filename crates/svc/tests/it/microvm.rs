@@ -46,6 +46,22 @@ async fn qemu_sandbox() -> Option<(TestServer, String)> {
     Some((server, id))
 }
 
+/// Waits until the VM's directory and processes are gone.
+async fn vm_is_gone(vm_dir: &std::path::Path, pids: &[i64]) {
+    crate::harness::wait_for(
+        "the VM's remains to go",
+        Duration::from_secs(10),
+        || async {
+            !vm_dir.exists()
+                && pids.iter().all(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                        .map_or(true, |stat| stat.contains(") Z "))
+                })
+        },
+    )
+    .await;
+}
+
 /// The process IDs a sandbox's VM record names: the VMM's first.
 fn vm_pids(server: &TestServer, id: &str) -> Vec<i64> {
     let record = server
@@ -351,18 +367,7 @@ async fn a_crashed_vmm_ends_its_sandbox_at_once_even_mid_exec() {
         "{}",
         provider.body
     );
-    crate::harness::wait_for(
-        "the VM's remains to go",
-        Duration::from_secs(10),
-        || async {
-            !vm_dir.exists()
-                && pids.iter().all(|pid| {
-                    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                        .map_or(true, |stat| stat.contains(") Z "))
-                })
-        },
-    )
-    .await;
+    vm_is_gone(&vm_dir, &pids).await;
     server.shutdown().await;
 }
 
@@ -384,13 +389,6 @@ async fn a_disabled_qemu_provider_still_destroys_its_sandboxes() {
     );
     let destroyed = server.delete(&format!("/sandboxes/{id}")).await;
     assert_eq!(destroyed.status, 200, "{}", destroyed.body);
-    crate::harness::wait_for("the VM to go", Duration::from_secs(10), || async {
-        !vm_dir.exists()
-            && pids.iter().all(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .map_or(true, |stat| stat.contains(") Z "))
-            })
-    })
-    .await;
+    vm_is_gone(&vm_dir, &pids).await;
     server.shutdown().await;
 }
