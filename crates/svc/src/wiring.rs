@@ -145,12 +145,12 @@ pub(crate) async fn providers(
         if config.providers.qemu.enabled {
             microvm.push(MicrovmProvider::qemu(config.providers.qemu.clone(), docker));
         }
-        for provider in microvm {
-            if let Err(err) = provider.health().await {
-                tracing::warn!(provider = provider.name(), error = %err, "a microVM provider is unhealthy");
-            }
-            providers.push(Arc::new(provider));
-        }
+        // Their start-up health check runs in `Provider::warm_up`, off the start-up path.
+        providers.extend(
+            microvm
+                .into_iter()
+                .map(|provider| Arc::new(provider) as Arc<dyn Provider>),
+        );
     }
     if config.providers.mock.enabled {
         providers.push(Arc::new(MockProvider::new(mock_root(config))));

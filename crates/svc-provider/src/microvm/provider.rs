@@ -143,8 +143,13 @@ fn processes_of(dir: &Path) -> Vec<u32> {
 }
 
 /// Decides `auto`: KVM when a probe boot under it answers within the boot timeout.
-async fn probe_accel(vmm: QemuVmm, files: BootFiles, dir: PathBuf, timeout: Duration) -> Accel {
-    let kvm = Kvm::detect();
+async fn probe_accel(
+    kvm: Kvm,
+    vmm: QemuVmm,
+    files: BootFiles,
+    dir: PathBuf,
+    timeout: Duration,
+) -> Accel {
     if !kvm.present() {
         return Accel {
             accel: "tcg",
@@ -330,9 +335,10 @@ impl MicrovmProvider {
         let (probed, files) = (Arc::clone(probed), files.clone());
         let vmm = self.qemu_vmm(config, "kvm");
         let (dir, timeout) = (self.data_dir.join("kvm-probe"), self.boot_timeout);
+        let kvm = self.kvm.clone();
         Some(async move {
             probed
-                .get_or_init(|| probe_accel(vmm, files, dir, timeout))
+                .get_or_init(|| probe_accel(kvm, vmm, files, dir, timeout))
                 .await
                 .clone()
         })
@@ -528,7 +534,11 @@ impl Provider for MicrovmProvider {
     }
 
     async fn warm_up(&self) {
-        // `auto` decides on KVM once, at start-up; a spawn that comes first waits for it.
+        // The start-up health check, logged; then `auto` decides on KVM once (a spawn that
+        // comes first waits for it).
+        if let Err(err) = self.health().await {
+            tracing::warn!(provider = self.name(), error = %err, "a microVM provider is unhealthy");
+        }
         match self.boot_files().await {
             Ok(files) => {
                 if let Some(probe) = self.probe(&files) {
