@@ -214,6 +214,17 @@ impl Request {
     }
 }
 
+/// The user an exec runs as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    /// User ID.
+    pub uid: u32,
+    /// Group ID.
+    pub gid: u32,
+    /// `HOME`, an absolute path in the guest.
+    pub home: String,
+}
+
 /// The operations. Paths are absolute paths inside the guest, already validated by the host;
 /// the agent refuses relative ones and `..` components all the same.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,6 +246,9 @@ pub enum Op {
         tty: Option<WindowSize>,
         /// Whether stdin is sent; otherwise it is `/dev/null`.
         stdin: bool,
+        /// Run as this user (pool workspaces) instead of root, with its `HOME`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<RunAs>,
     },
     /// Streams a file: [`Reply::File`], `FileData` frames, `End`.
     ReadFile {

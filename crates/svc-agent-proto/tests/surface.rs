@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svc_agent_proto::{
-    Control, ErrorKind, FileEntry, Op, Reply, Request, WindowSize, AGENT_PORT, MAX_CHUNK,
+    Control, ErrorKind, FileEntry, Op, Reply, Request, RunAs, WindowSize, AGENT_PORT, MAX_CHUNK,
     MAX_FRAME, VERSION,
 };
 
@@ -26,6 +26,19 @@ fn surface() -> String {
             workdir: Some("/work".into()),
             tty: Some(WindowSize { cols: 80, rows: 24 }),
             stdin: true,
+            user: None,
+        },
+        Op::Exec {
+            argv: vec!["id".into()],
+            env: Vec::new(),
+            workdir: None,
+            tty: None,
+            stdin: false,
+            user: Some(RunAs {
+                uid: 20001,
+                gid: 20001,
+                home: "/workspace/alice".into(),
+            }),
         },
         Op::ReadFile {
             path: "/work/a.txt".into(),

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use svc_agent_proto::{Control, ErrorKind, Frame, FrameKind, Reply, WindowSize};
+use svc_agent_proto::{Control, ErrorKind, Frame, FrameKind, Reply, RunAs, WindowSize};
 use svc_core::path::SandboxPath;
 use svc_process::{Command, ProcessError, Signal, StdStream, TtySize};
 use tokio::sync::mpsc;
@@ -21,6 +21,7 @@ pub(crate) struct Exec {
     pub workdir: Option<String>,
     pub tty: Option<WindowSize>,
     pub stdin: bool,
+    pub user: Option<RunAs>,
 }
 
 /// `HOME` and the default working directory: root's home when the image has one.
@@ -49,7 +50,14 @@ fn error_kind(err: &ProcessError) -> ErrorKind {
 
 impl Exec {
     fn command(&self) -> Result<Command, String> {
-        let home = home();
+        let home = match &self.user {
+            Some(user) => PathBuf::from(
+                SandboxPath::parse(&user.home)
+                    .map_err(|e| e.to_string())?
+                    .as_str(),
+            ),
+            None => home(),
+        };
         let workdir = match &self.workdir {
             Some(dir) => {
                 PathBuf::from(SandboxPath::parse(dir).map_err(|e| e.to_string())?.as_str())
@@ -63,6 +71,7 @@ impl Exec {
             workdir,
             tty: self.tty.map(size),
             stdin: self.stdin,
+            user: self.user.as_ref().map(|user| (user.uid, user.gid)),
         })
     }
 

@@ -117,6 +117,7 @@ where
             workdir,
             tty,
             stdin,
+            user,
         } => {
             let exec = crate::exec::Exec {
                 argv,
@@ -124,6 +125,7 @@ where
                 workdir,
                 tty,
                 stdin,
+                user,
             };
             exec.run(replies, frames).await;
         }

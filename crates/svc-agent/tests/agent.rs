@@ -71,6 +71,7 @@ fn spec(argv: &[&str]) -> ExecSpec {
         workdir: None,
         tty: None,
         stdin: false,
+        user: None,
     }
 }
 

@@ -17,6 +17,19 @@ use crate::queue::{QueueStats, Ticket, Woken};
 use crate::spawn::{Placement, SpawnPlan};
 use crate::{ControlPlane, Principal};
 
+/// Why an admission attempt did not admit.
+pub(crate) enum Denial {
+    /// The store's decision (quota, capacity, TTL).
+    Store(Admission),
+    /// Pool mode: every pool VM is full.
+    PoolFull {
+        /// 503 `unavailable`, naming the limits.
+        error: Error,
+        /// `pool.overflow` is `queue`.
+        queues: bool,
+    },
+}
+
 /// The scheduler object of interface.md (diagnostics and metrics): the spawn queue's state and
 /// statistics, and where admitted spawns run.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -88,7 +101,9 @@ impl ControlPlane {
             admission.allowed = false;
             admission.reason = Some(*reason);
         }
-        admission.queueable = admission.capacity_denied() && self.spawn_queue().has_room();
+        admission.queueable = admission.capacity_denied()
+            && self.capacity_denials_queue()
+            && self.spawn_queue().has_room();
         Ok(admission)
     }
 
@@ -198,21 +213,28 @@ impl ControlPlane {
     pub(crate) async fn wait_for_capacity(
         &self,
         plan: &SpawnPlan,
-        admission: Admission,
+        denied: Denial,
         queued: Option<Ticket>,
         seen_epoch: u64,
     ) -> Result<Ticket, Error> {
-        let denial = admission
-            .error(plan.ttl)
-            .unwrap_or_else(|| Error::internal("admitting a spawn", "refused without a reason"));
+        let (denial, queueable, own_limit) = match denied {
+            Denial::Store(admission) => (
+                admission.error(plan.ttl).unwrap_or_else(|| {
+                    Error::internal("admitting a spawn", "refused without a reason")
+                }),
+                admission.capacity_denied() && self.capacity_denials_queue(),
+                admission.reason == Some(LimitReason::MaxOwnerSandboxes),
+            ),
+            Denial::PoolFull { error, queues } => (error, queues, false),
+        };
         let queue = self.spawn_queue();
-        if !admission.capacity_denied() || !queue.enabled() {
+        if !queueable {
             self.publish_limit(&denial, &plan.owner);
             return Err(denial);
         }
         let ticket = match queued {
             Some(ticket) => {
-                if admission.reason == Some(LimitReason::MaxOwnerSandboxes) {
+                if own_limit {
                     // This owner is at its own limit; another owner behind may fit.
                     ticket.pass_on();
                 }
@@ -248,6 +270,11 @@ impl ControlPlane {
                 }))
             }
         }
+    }
+
+    /// Whether capacity denials wait in the spawn queue (`defaults.spawn_overflow`).
+    fn capacity_denials_queue(&self) -> bool {
+        self.config().defaults.spawn_overflow == svc_core::config::SpawnOverflow::Queue
     }
 
     /// A queued spawn was admitted: leaves the queue, records the wait, publishes
@@ -293,6 +320,9 @@ fn with_message(error: Error, rewrite: impl FnOnce(&str) -> String) -> Error {
     match error {
         Error::ResourceLimit { reason, message } => Error::ResourceLimit {
             reason,
+            message: rewrite(&message),
+        },
+        Error::PoolFull { message } => Error::PoolFull {
             message: rewrite(&message),
         },
         other => other,

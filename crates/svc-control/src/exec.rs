@@ -375,6 +375,7 @@ impl ControlPlane {
             workdir,
             tty: command.tty,
             stdin: command.stdin,
+            user: None,
         };
         let data = event_data(form, provider.name());
         self.events().publish_in(

@@ -12,6 +12,7 @@ mod held_leases;
 pub mod identity;
 pub mod observe;
 mod plane;
+pub mod pool;
 mod principal;
 mod provider_errors;
 pub mod providers;
@@ -38,6 +39,7 @@ pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFE
 pub use files::DEFAULT_FILE_MODE;
 pub use identity::{Authenticator, Credentials};
 pub use plane::{ControlPlane, ControlPlaneParts};
+pub use pool::{Pool, PoolIdentity, PoolStatus};
 pub use principal::{AuthMethod, Principal, DEFAULT_TENANT};
 pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSummary, Readiness};
 pub use queue::QueueStats;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use svc_core::config::Config;
+use svc_core::config::{Config, SpawnOverflow};
 use svc_core::Clock;
 use svc_store::Store;
 use tokio::task::JoinHandle;
@@ -64,8 +64,16 @@ impl ControlPlane {
         let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::new(&parts.config.rate_limit));
         let worker_tokens = crate::identity::WorkerTokens::new(&parts.config.auth);
         let defaults = &parts.config.defaults;
+        // A full pool may queue (pool.overflow) while capacity denials do not, or the reverse:
+        // the queue runs when either does, and each denial checks its own setting.
+        let pool = &parts.config.pool;
+        let overflow = if pool.enabled && pool.overflow == SpawnOverflow::Queue {
+            SpawnOverflow::Queue
+        } else {
+            defaults.spawn_overflow
+        };
         let spawn_queue = Arc::new(crate::queue::SpawnQueue::new(
-            defaults.spawn_overflow,
+            overflow,
             defaults.max_spawn_queue,
             defaults.spawn_queue_timeout,
         ));

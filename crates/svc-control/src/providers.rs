@@ -83,6 +83,7 @@ pub struct ProviderRegistry {
     health: RwLock<HashMap<&'static str, ProviderHealth>>,
     clock: Arc<dyn Clock>,
     operations: Arc<OperationMetrics>,
+    pool: Option<Arc<crate::pool::Pool>>,
 }
 
 impl ProviderRegistry {
@@ -97,6 +98,7 @@ impl ProviderRegistry {
             health: RwLock::new(HashMap::new()),
             clock,
             operations,
+            pool: None,
         }
     }
 
@@ -114,6 +116,18 @@ impl ProviderRegistry {
     pub fn with_retired(mut self, retired: Vec<Arc<dyn Provider>>) -> Self {
         self.retired = Self::metered(retired, &self.operations);
         self
+    }
+
+    /// Pool mode: `pool` is already among the providers (in place of the provider its VMs
+    /// run on); this makes it known as the pool.
+    pub fn with_pool(mut self, pool: Arc<crate::pool::Pool>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The pool, in pool mode.
+    pub fn pool(&self) -> Option<&Arc<crate::pool::Pool>> {
+        self.pool.as_ref()
     }
 
     /// The counters of every provider operation.
@@ -368,8 +382,14 @@ impl crate::ControlPlane {
     }
 
     /// `GET /pool/status`: whether pooled multi-user mode is on.
-    pub fn pool_enabled(&self, principal: &crate::Principal) -> Result<bool, svc_core::Error> {
+    pub fn pool_status(
+        &self,
+        principal: &crate::Principal,
+    ) -> Result<crate::pool::PoolStatus, svc_core::Error> {
         self.authorize(principal, Action::ReadPool)?;
-        Ok(self.config().pool.enabled)
+        Ok(self
+            .providers()
+            .pool()
+            .map_or_else(crate::pool::PoolStatus::disabled, |pool| pool.status()))
     }
 }

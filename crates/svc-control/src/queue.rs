@@ -89,11 +89,6 @@ impl SpawnQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// True in `queue` mode.
-    pub(crate) fn enabled(&self) -> bool {
-        self.enabled
-    }
-
     /// `defaults.spawn_queue_timeout`.
     pub(crate) fn timeout(&self) -> GoDuration {
         self.timeout

@@ -36,7 +36,7 @@ use svc_core::worker::LeaseAcquire;
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{
     Provider, RuntimeInfo, RuntimeStatus, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER,
-    LABEL_TENANT,
+    LABEL_POOL, LABEL_TENANT,
 };
 use svc_store::{EndedState, SandboxFilter, StateFilter};
 use tokio_util::sync::CancellationToken;
@@ -152,11 +152,13 @@ impl ControlPlane {
     }
 
     /// True for a runtime this deployment made: svc's label and this database's installation
-    /// ID. Another deployment's runtimes on a shared engine are never adopted.
+    /// ID. Another deployment's runtimes on a shared engine are never adopted, nor are pool VMs
+    /// (a replica in pool mode keeps them; they are never sandboxes).
     fn made_here(&self, runtime: &RuntimeInfo) -> bool {
         let label = |key: &str| runtime.labels.get(key).map(String::as_str);
         label(LABEL_MANAGED) == Some("true")
             && label(LABEL_INSTALLATION) == Some(self.inner.installation_id.as_str())
+            && label(LABEL_POOL).is_none()
     }
 
     /// Takes the lease of `id` for this worker; false (counted as fenced) when another holds it.

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use svc_core::access::Action;
-use svc_core::admission::Admission;
 use svc_core::clock::add_duration;
 use svc_core::error::echo;
 use svc_core::event::{EventPayload, SandboxEventData};
@@ -34,6 +33,7 @@ use svc_store::EndedState;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::admission::Denial;
 use crate::provider_errors::classify;
 use crate::queue::Ticket;
 use crate::{ControlPlane, Principal};
@@ -177,12 +177,12 @@ impl ControlPlane {
             if admitted_rx.try_recv().is_ok() {
                 self.leave_queue(queued.take(), &plan.owner);
             }
-            let admission = match outcome? {
+            let denial = match outcome? {
                 Ok(sandbox) => return Ok(sandbox),
-                Err(admission) => admission,
+                Err(denial) => denial,
             };
             queued = Some(
-                self.wait_for_capacity(&plan, admission, queued.take(), epoch)
+                self.wait_for_capacity(&plan, denial, queued.take(), epoch)
                     .await?,
             );
         }
@@ -222,6 +222,7 @@ impl ControlPlane {
             }
             (None, None) => None,
         };
+        let request_image = request.image.clone();
         let image = request
             .image
             .or_else(|| template.as_ref().map(|t| t.image.clone()))
@@ -243,6 +244,38 @@ impl ControlPlane {
         let provider_name = request
             .provider
             .or_else(|| template.as_ref().map(|t| t.provider.clone()));
+        // Pool mode: every sandbox is a workspace in a pool VM, of the pool's provider and image.
+        let (provider_name, image) = match self.providers().pool() {
+            Some(pool) => {
+                if let Some(named) = provider_name.as_deref().filter(|p| !p.is_empty()) {
+                    if named != pool.provider_name() {
+                        return Err(Error::invalid(
+                            "provider",
+                            format!(
+                                "pool mode spawns every sandbox on provider {} (pool.provider), not {}",
+                                pool.provider_name(),
+                                echo(named)
+                            ),
+                        ));
+                    }
+                }
+                if request_image.as_deref().is_some_and(|i| i != pool.image()) {
+                    return Err(Error::invalid(
+                        "image",
+                        format!(
+                            "pool mode runs every sandbox in the pool VMs' image {} (pool.image)",
+                            echo(pool.image())
+                        ),
+                    ));
+                }
+                (
+                    Some(pool.provider_name().to_owned()),
+                    pool.image().to_owned(),
+                )
+            }
+            None => (provider_name, image),
+        };
+        let image_kind = check_image(&image).map_or(image_kind, |kind| kind);
         let placement = self.place(provider_name.as_deref()).await?;
         if let Placement::Local(provider) = &placement {
             check_image_for(&image, image_kind, provider.as_ref())?;
@@ -318,11 +351,22 @@ impl ControlPlane {
 
     /// Step "admit and record": the owner's quota read, capacity counted, the decision made
     /// and the `creating` record inserted, in one store operation. `Err` inside is the denial.
-    async fn admit_and_record(
-        &self,
-        plan: &SpawnPlan,
-    ) -> Result<Result<Sandbox, Admission>, Error> {
+    async fn admit_and_record(&self, plan: &SpawnPlan) -> Result<Result<Sandbox, Denial>, Error> {
         let sandbox = self.new_record(plan);
+        // Pool mode: a seat first, so a full pool refuses before anything is written.
+        let pool = self.providers().pool();
+        if let Some(pool) = pool {
+            match pool.reserve(&plan.owner, &sandbox.id).await {
+                Ok(()) => {}
+                Err(error @ Error::PoolFull { .. }) => {
+                    return Ok(Err(Denial::PoolFull {
+                        error,
+                        queues: pool.queues(),
+                    }))
+                }
+                Err(error) => return Err(error),
+            }
+        }
         let admission = self
             .store()
             .admit_sandbox(
@@ -331,7 +375,17 @@ impl ControlPlane {
                 self.global_limits(),
                 self.config().worker.lease_ttl.as_std(),
             )
-            .await?;
+            .await;
+        let admission = match admission {
+            Ok(admission) if admission.allowed => admission,
+            other => {
+                if let Some(pool) = pool {
+                    pool.cancel(&sandbox.id);
+                }
+                let admission = other?;
+                return Ok(Err(Denial::Store(admission)));
+            }
+        };
         Ok(if admission.allowed {
             self.inner.held_leases.record(
                 sandbox.id.as_str(),
@@ -339,7 +393,7 @@ impl ControlPlane {
             );
             Ok(sandbox)
         } else {
-            Err(admission)
+            Err(Denial::Store(admission))
         })
     }
 
@@ -659,6 +713,7 @@ fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
             (LABEL_WORKER.to_owned(), worker),
             (LABEL_INSTALLATION.to_owned(), installation.to_owned()),
         ]),
+        multi_user: false,
     }
 }
 

@@ -292,6 +292,23 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// Pool mode: every pool VM is full and no more may start (overflow `reject`).
+    #[error("{message}")]
+    PoolFull {
+        /// How full, and which keys bound it.
+        message: String,
+    },
+    /// Pool mode: the owner already holds a logical sandbox (one per user).
+    #[error(
+        "user {} already holds sandbox {existing}; pool mode allows one sandbox per user",
+        echo(owner)
+    )]
+    OwnerHasSandbox {
+        /// The owner.
+        owner: String,
+        /// The sandbox it holds.
+        existing: String,
+    },
     /// The request body is larger than allowed.
     #[error("request body is larger than {limit_bytes} bytes")]
     PayloadTooLarge {
@@ -329,12 +346,15 @@ impl Error {
             Error::Forbidden { .. } | Error::Denied { .. } => ErrorKind::Forbidden,
             Error::PolicyDenied { .. } => ErrorKind::PolicyDenied,
             Error::NotFound { .. } => ErrorKind::NotFound,
-            Error::AlreadyExists { .. } | Error::SandboxNotRunning { .. } => ErrorKind::Conflict,
+            Error::AlreadyExists { .. }
+            | Error::SandboxNotRunning { .. }
+            | Error::OwnerHasSandbox { .. } => ErrorKind::Conflict,
             Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
             Error::Provider { .. } => ErrorKind::ProviderError,
             Error::ProviderUnavailable { .. }
             | Error::StoreUnavailable { .. }
+            | Error::PoolFull { .. }
             | Error::NotConfigured { .. } => ErrorKind::Unavailable,
             Error::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
             Error::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,

@@ -196,6 +196,8 @@ pub struct Command {
     pub tty: Option<TtySize>,
     /// Whether stdin is piped in; otherwise it is `/dev/null`.
     pub stdin: bool,
+    /// Run as this user ID and group ID (with no supplementary groups); needs root.
+    pub user: Option<(u32, u32)>,
 }
 
 /// A running command: read `output`, drive `control`, await `exit`.
@@ -364,21 +366,27 @@ pub fn spawn(command: &Command) -> Result<Process, ProcessError> {
         let (pty, pts) = pty_process::open().map_err(|e| pty_error("opening a terminal", e))?;
         pty.resize(pty_process::Size::new(size.rows, size.cols))
             .map_err(|e| pty_error("sizing the terminal", e))?;
-        let child = pty_process::Command::new(program)
+        let mut child = pty_process::Command::new(program)
             .args(&command.argv[1..])
             .env_clear()
             .envs(command.env.iter().cloned())
-            .current_dir(&command.workdir)
-            .spawn(pts)
-            .map_err(|e| match e {
-                pty_process::Error::Io(io) => spawn_error(program, io),
-                other => pty_error(&format!("could not run {program:?}"), other),
-            })?;
+            .current_dir(&command.workdir);
+        if let Some((uid, gid)) = command.user {
+            child = child.uid(uid).gid(gid);
+        }
+        let child = child.spawn(pts).map_err(|e| match e {
+            pty_process::Error::Io(io) => spawn_error(program, io),
+            other => pty_error(&format!("could not run {program:?}"), other),
+        })?;
         let (read, write) = pty.into_split();
         tokio::spawn(pump(read, StdStream::Stdout, sender, exited_rx));
         (child, Some(Input::Pty(write)))
     } else {
-        let mut child = tokio::process::Command::new(program)
+        let mut child = tokio::process::Command::new(program);
+        if let Some((uid, gid)) = command.user {
+            child.uid(uid).gid(gid);
+        }
+        let mut child = child
             .args(&command.argv[1..])
             .env_clear()
             .envs(command.env.iter().cloned())
@@ -453,6 +461,7 @@ mod tests {
             workdir: std::env::temp_dir(),
             tty: None,
             stdin: false,
+            user: None,
         }
     }
 

@@ -26,6 +26,20 @@ pub struct ExecSpec {
     pub tty: Option<TtySize>,
     /// Whether the caller will write to stdin; otherwise stdin is empty (`/dev/null`).
     pub stdin: bool,
+    /// Run as this unprivileged user instead of the sandbox's default (pool workspaces); only
+    /// for providers whose [`crate::Provider::runs_exec_as_user`] is true.
+    pub user: Option<ExecUser>,
+}
+
+/// A user to run a command as, with its home directory inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecUser {
+    /// User ID.
+    pub uid: u32,
+    /// Group ID.
+    pub gid: u32,
+    /// `HOME`, a directory inside the sandbox.
+    pub home: SandboxPath,
 }
 
 /// Controls a running command. Every method may be called while output is being read.

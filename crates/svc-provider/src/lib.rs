@@ -16,11 +16,12 @@ mod provider;
 
 pub use error::ProviderError;
 pub use exec::{
-    ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, OutputStream, Signal, StdStream,
-    TtySize,
+    ExecChunk, ExecControl, ExecSession, ExecSpec, ExecUser, ExitStatus, OutputStream, Signal,
+    StdStream, TtySize,
 };
 pub use files::{ByteStream, FileInfo};
 pub use provider::{
     Provider, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
-    LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_SANDBOX_ID, LABEL_TENANT, LABEL_WORKER,
+    LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_TENANT,
+    LABEL_WORKER,
 };

@@ -21,6 +21,9 @@ pub const LABEL_TENANT: &str = "dev.svc.tenant";
 pub const LABEL_WORKER: &str = "dev.svc.worker";
 /// Label: the installation ID of the database that recorded the runtime.
 pub const LABEL_INSTALLATION: &str = "dev.svc.installation";
+/// Label marking a runtime as a shared pool VM (pool mode), which holds the workspaces of
+/// logical sandboxes and is never a sandbox of its own.
+pub const LABEL_POOL: &str = "dev.svc.pool";
 
 /// What the control plane asks a provider to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,11 @@ pub struct SpawnSpec {
     pub network: Option<String>,
     /// Labels to attach (the `LABEL_*` keys).
     pub labels: BTreeMap<String, String>,
+    /// The runtime hosts several users' workspaces (a pool VM): its root must manage other
+    /// users' files and processes, so a container keeps the capabilities `CHOWN`,
+    /// `DAC_OVERRIDE`, `FOWNER` and `KILL` (its other users' commands get none) and runs as
+    /// root whatever `providers.docker.user` says.
+    pub multi_user: bool,
 }
 
 /// A runtime as the provider sees it.
@@ -177,6 +185,12 @@ pub trait Provider: Send + Sync + 'static {
     /// The most recent `lines` console or log lines, in order.
     async fn logs(&self, _id: &SandboxId, _lines: usize) -> Result<Vec<String>, ProviderError> {
         Err(ProviderError::Unsupported { op: "logs" })
+    }
+
+    /// Whether [`ExecSpec::user`] is honoured: the command runs as that user, so a pool
+    /// workspace's commands cannot read another workspace's files.
+    fn runs_exec_as_user(&self) -> bool {
+        false
     }
 
     /// Starts a command; see [`ExecSession`].

@@ -97,6 +97,7 @@ fn microvm_spec(image: &str) -> SpawnSpec {
         env: BTreeMap::new(),
         network: None,
         labels: BTreeMap::new(),
+        multi_user: false,
     }
 }
 
@@ -161,6 +162,7 @@ impl Sandbox {
             env: BTreeMap::from([("SANDBOX_DEFAULT".into(), "yes".into())]),
             network: None,
             labels: BTreeMap::new(),
+            multi_user: false,
         };
         provider.spawn(&spec).await.unwrap();
         Sandbox { provider, id }
@@ -217,6 +219,7 @@ fn spec(argv: &[&str]) -> ExecSpec {
         workdir: None,
         tty: None,
         stdin: false,
+        user: None,
     }
 }
 

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use svc_control::{Authenticator, ControlPlane, ControlPlaneParts, ProviderRegistry};
+use svc_control::{
+    Authenticator, ControlPlane, ControlPlaneParts, Pool, PoolIdentity, ProviderRegistry,
+};
 use svc_core::config::{Config, DatabaseDriver, PROVIDER_FIRECRACKER, PROVIDER_QEMU};
 use svc_core::Clock;
 use svc_provider::docker::DockerProvider;
@@ -112,6 +114,12 @@ pub(crate) async fn providers(
     config: &Config,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ProviderRegistry> {
+    let (providers, default) = enabled_providers(config).await?;
+    Ok(ProviderRegistry::new(providers, default, clock))
+}
+
+/// The enabled providers and the default's name.
+async fn enabled_providers(config: &Config) -> anyhow::Result<(Vec<Arc<dyn Provider>>, String)> {
     let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
     let mut docker_answers = false;
     if config.providers.docker.enabled {
@@ -176,7 +184,49 @@ pub(crate) async fn providers(
     if providers.is_empty() {
         tracing::warn!("no provider is enabled; every spawn will fail and /ready answers 503");
     }
-    Ok(ProviderRegistry::new(providers, default, clock))
+    Ok((providers, default))
+}
+
+/// Pool mode: the pool takes the place of the provider its VMs run on (`pool.provider`, else
+/// the default), so every spawn on it becomes a workspace in a pool VM.
+fn with_pool(
+    config: &Config,
+    providers: &mut [Arc<dyn Provider>],
+    default: &str,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    installation_id: &str,
+) -> anyhow::Result<Option<Arc<Pool>>> {
+    if !config.pool.enabled {
+        return Ok(None);
+    }
+    let name = if config.pool.provider.is_empty() {
+        default
+    } else {
+        config.pool.provider.as_str()
+    };
+    let Some(slot) = providers.iter_mut().find(|p| p.name() == name) else {
+        bail!("pool.provider: provider {name:?} is not enabled");
+    };
+    let pool = Pool::new(
+        config.pool.clone(),
+        Arc::clone(slot),
+        Arc::clone(store),
+        Arc::clone(clock),
+        PoolIdentity {
+            worker_id: config.worker.id.clone(),
+            installation_id: installation_id.to_owned(),
+            lease_ttl: config.worker.lease_ttl.as_std(),
+        },
+    );
+    *slot = Arc::clone(&pool) as Arc<dyn Provider>;
+    tracing::info!(
+        provider = name,
+        max_vms = config.pool.max_vms,
+        max_users_per_vm = config.pool.max_users_per_vm,
+        "pool mode: sandboxes are workspaces in shared pool VMs"
+    );
+    Ok(Some(pool))
 }
 
 /// The control plane over an opened store.
@@ -188,15 +238,25 @@ pub(crate) async fn control_plane(
     let store = Arc::clone(&opened.store);
     let authenticator = Authenticator::from_config(&config.auth)?;
     let retired = retired_providers(&config, store.as_ref()).await?;
-    let providers = Arc::new(
-        providers(&config, Arc::clone(&clock))
-            .await?
-            .with_retired(retired),
-    );
     let installation_id = store
         .installation_id()
         .await
         .context("reading the store's installation ID")?;
+    let (mut enabled, default) = enabled_providers(&config).await?;
+    let pool = with_pool(
+        &config,
+        &mut enabled,
+        &default,
+        &store,
+        &clock,
+        &installation_id,
+    )?;
+    let mut registry =
+        ProviderRegistry::new(enabled, default, Arc::clone(&clock)).with_retired(retired);
+    if let Some(pool) = pool {
+        registry = registry.with_pool(pool);
+    }
+    let providers = Arc::new(registry);
     Ok(ControlPlane::new(ControlPlaneParts {
         config,
         store,

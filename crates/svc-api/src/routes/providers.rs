@@ -4,21 +4,13 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use serde::Serialize;
 use svc_control::SnapshotInfo;
-use svc_control::{ControlPlane, ProviderDetail, ProviderSummary};
+use svc_control::{ControlPlane, PoolStatus, ProviderDetail, ProviderSummary};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::extract::Caller;
 use crate::{ApiError, ErrorBody};
-
-/// Pool status (`{"enabled": false}` until pool mode is configured).
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-struct PoolStatus {
-    /// Whether pooled multi-user mode is on.
-    enabled: bool,
-}
 
 /// Every provider's summary.
 #[utoipa::path(get, path = "/providers", tag = "providers",
@@ -109,9 +101,7 @@ async fn pool_status(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
 ) -> Result<Json<PoolStatus>, ApiError> {
-    Ok(Json(PoolStatus {
-        enabled: plane.pool_enabled(&principal)?,
-    }))
+    Ok(Json(plane.pool_status(&principal)?))
 }
 
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {

@@ -72,6 +72,10 @@ impl Provider for Metered {
         self.inner.take_failures()
     }
 
+    fn runs_exec_as_user(&self) -> bool {
+        self.inner.runs_exec_as_user()
+    }
+
     async fn health(&self) -> Result<(), ProviderError> {
         self.measure("health", self.inner.health()).await
     }

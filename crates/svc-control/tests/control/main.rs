@@ -470,6 +470,7 @@ fn spec(id: &SandboxId) -> SpawnSpec {
         env: Default::default(),
         network: None,
         labels: Default::default(),
+        multi_user: false,
     }
 }
 

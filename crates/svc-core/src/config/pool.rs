@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::defaults::SpawnOverflow;
+use crate::duration::GoDuration;
 
 /// `pool.*` keys.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -24,6 +25,8 @@ pub struct PoolConfig {
     pub vcpus: u32,
     /// `reject` or `queue` when the pool is full.
     pub overflow: SpawnOverflow,
+    /// How long a pool VM without users is kept for the next user before it is destroyed.
+    pub idle_timeout: GoDuration,
 }
 
 impl Default for PoolConfig {
@@ -37,6 +40,7 @@ impl Default for PoolConfig {
             memory_mb: 2048,
             vcpus: 2,
             overflow: SpawnOverflow::Reject,
+            idle_timeout: GoDuration::from_secs(300),
         }
     }
 }

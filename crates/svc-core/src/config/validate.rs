@@ -12,6 +12,7 @@ use super::database::DatabaseDriver;
 use super::defaults::SpawnOverflow;
 use super::providers::KNOWN_PROVIDERS;
 use super::server::CORS_ANY_ORIGIN;
+use super::worker::DEFAULT_WORKER_ID;
 use super::Config;
 use crate::duration::GoDuration;
 
@@ -383,6 +384,9 @@ impl Config {
             p.at_least_one(pool.memory_mb, "pool.memory_mb");
             p.at_least_one(u64::from(pool.vcpus), "pool.vcpus");
             p.provider_reference(self, &pool.provider, "pool.provider");
+            if pool.idle_timeout.as_std().is_zero() {
+                p.push("pool.idle_timeout", "must be above 0s");
+            }
         }
     }
 
@@ -471,8 +475,25 @@ impl Config {
             },
         );
 
-        // "SQLite in a multi-replica setup" (decisions §16) is not checked here: nothing in the
-        // configuration says how many replicas run. `svc doctor` or the deployment must catch it.
+        // SQLite in a multi-replica setup: replicas are told apart by their worker IDs and talk
+        // over worker RPC, and a SQLite file cannot be shared between them.
+        if self.database.driver == DatabaseDriver::Sqlite {
+            let replicas = if self.worker.rpc_tls.enabled {
+                Some("worker.rpc_tls.enabled is true".to_owned())
+            } else if self.worker.id != DEFAULT_WORKER_ID {
+                Some(format!("worker.id is {:?}", self.worker.id))
+            } else {
+                None
+            };
+            if let Some(why) = replicas {
+                p.push(
+                    "database.driver",
+                    format!(
+                        "sqlite cannot be shared by several replicas, and {why}, which names a replica of a multi-replica setup; use postgres in production"
+                    ),
+                );
+            }
+        }
         p.0
     }
 }
@@ -772,6 +793,18 @@ mod tests {
             (
                 |c| c.providers.mock.enabled = true,
                 &["providers.mock.enabled"],
+            ),
+            (
+                |c| c.worker.id = "replica-1".to_owned(),
+                &["database.driver"],
+            ),
+            (|c| c.worker.rpc_tls.enabled = true, &["database.driver"]),
+            (
+                |c| {
+                    c.worker.id = "replica-1".to_owned();
+                    c.database.driver = DatabaseDriver::Postgres;
+                },
+                &[],
             ),
             (
                 |c| c.auth.oidc_issuer = "https://idp.example.com".to_owned(),

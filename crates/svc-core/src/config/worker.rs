@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::GoDuration;
 
+/// `worker.id` of a single-node set-up.
+pub const DEFAULT_WORKER_ID: &str = "local";
+
 /// `worker.*` keys.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -27,7 +30,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
-            id: "local".to_owned(),
+            id: DEFAULT_WORKER_ID.to_owned(),
             heartbeat_interval: GoDuration::from_secs(30),
             stale_after: GoDuration::from_secs(90),
             lease_ttl: GoDuration::from_secs(60),

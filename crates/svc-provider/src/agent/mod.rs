@@ -16,7 +16,8 @@ use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{FutureExt, SinkExt, StreamExt};
 use svc_agent_proto::{
-    Control, ErrorKind, FileEntry, Frame, FrameCodec, FrameKind, Op, Reply, Request, WindowSize,
+    Control, ErrorKind, FileEntry, Frame, FrameCodec, FrameKind, Op, Reply, Request, RunAs,
+    WindowSize,
 };
 use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
@@ -157,6 +158,11 @@ impl AgentClient {
                 rows: t.rows,
             }),
             stdin: spec.stdin,
+            user: spec.user.map(|user| RunAs {
+                uid: user.uid,
+                gid: user.gid,
+                home: user.home.to_string(),
+            }),
         };
         let mut connection = self.open(op).await?;
         match Self::reply(&mut connection).await? {

@@ -253,7 +253,14 @@ pub(super) async fn start(
         wrapped.append(&mut cmd);
         cmd = wrapped;
     }
-    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut env: Vec<String> = Vec::new();
+    let mut user = user.map(str::to_owned);
+    if let Some(as_user) = &spec.user {
+        // The spec's own environment may still name another HOME.
+        env.push(format!("HOME={}", as_user.home));
+        user = Some(format!("{}:{}", as_user.uid, as_user.gid));
+    }
+    env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
     if tty {
         env.push("TERM=xterm-256color".to_owned());
     }
@@ -268,7 +275,7 @@ pub(super) async fn start(
                 env: Some(env),
                 cmd: Some(cmd),
                 working_dir: spec.workdir.as_ref().map(|p| p.as_str().to_owned()),
-                user: user.map(str::to_owned),
+                user,
                 ..Default::default()
             },
         )

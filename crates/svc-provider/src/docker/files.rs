@@ -280,6 +280,7 @@ async fn script(
         workdir: None,
         tty: None,
         stdin: false,
+        user: None,
     };
     let session = super::exec::start(docker, container, sandbox_id, Some("0"), &spec).await?;
     let crate::ExecSession {

@@ -34,6 +34,9 @@ use crate::{
     RuntimeStatus, SandboxStats, SpawnSpec, LABEL_MANAGED, LABEL_SANDBOX_ID,
 };
 
+/// Capabilities a multi-user container (a pool VM) keeps for its root: making workspaces
+/// for other users, reaching into them, ending their processes (see `SpawnSpec::multi_user`).
+const MULTI_USER_CAPS: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"];
 const CAPABILITIES: &[Capability] = &[
     Capability::Spawn,
     Capability::Exec,
@@ -184,6 +187,22 @@ impl DockerProvider {
             .network
             .clone()
             .unwrap_or_else(|| config.network_mode.clone());
+        let mut cap_add = config.added_caps.clone();
+        let mut tmpfs = tmpfs;
+        let mut user = self.user().map(str::to_owned);
+        if spec.multi_user {
+            for cap in MULTI_USER_CAPS {
+                if !cap_add.iter().any(|c| c.eq_ignore_ascii_case(cap)) {
+                    cap_add.push((*cap).to_owned());
+                }
+            }
+            // The workspaces need a writable place even on a read-only root filesystem.
+            if let Some(mounts) = tmpfs.as_mut() {
+                mounts.insert("/workspace".to_owned(), "rw,exec,mode=0711".to_owned());
+                mounts.insert("/var/lib/svc-pool".to_owned(), "rw,mode=0700".to_owned());
+            }
+            user = None;
+        }
         ContainerCreateBody {
             image: Some(spec.image.clone()),
             entrypoint: Some(vec![
@@ -194,13 +213,13 @@ impl DockerProvider {
             cmd: Some(Vec::new()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(spec.labels.clone().into_iter().collect()),
-            user: self.user().map(str::to_owned),
+            user,
             host_config: Some(HostConfig {
                 memory: Some(i64::from(spec.memory_mb) * 1024 * 1024),
                 nano_cpus: Some(i64::from(spec.vcpus) * 1_000_000_000),
                 pids_limit: Some(i64::from(config.pids_limit)),
                 cap_drop: Some(config.dropped_caps.clone()),
-                cap_add: Some(config.added_caps.clone()),
+                cap_add: Some(cap_add),
                 security_opt: Some(security_opt),
                 readonly_rootfs: Some(config.read_only_rootfs),
                 tmpfs,
@@ -447,6 +466,10 @@ impl Provider for DockerProvider {
             &String::from_utf8_lossy(&text),
             lines,
         ))
+    }
+
+    fn runs_exec_as_user(&self) -> bool {
+        true
     }
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {

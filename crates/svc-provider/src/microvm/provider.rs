@@ -654,6 +654,11 @@ impl Provider for MicrovmProvider {
         ))
     }
 
+    fn runs_exec_as_user(&self) -> bool {
+        // The agent runs as root inside the guest.
+        true
+    }
+
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         // One read of the record: it says the VM exists and holds the sandbox's environment.
         let mut env = self.existing(id).await?.env;

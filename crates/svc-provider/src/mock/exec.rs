@@ -55,6 +55,7 @@ pub(super) fn start(
         workdir: workdir.to_path_buf(),
         tty: spec.tty,
         stdin: spec.stdin,
+        user: spec.user.as_ref().map(|user| (user.uid, user.gid)),
     })?;
     Ok(ExecSession {
         output: Box::pin(ReceiverStream::new(process.output).map(Ok)),

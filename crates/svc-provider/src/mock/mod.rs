@@ -292,12 +292,32 @@ impl Provider for MockProvider {
         Ok(crate::process::last_lines(&text, lines))
     }
 
+    fn runs_exec_as_user(&self) -> bool {
+        // Switching users needs root; the processes are the host's.
+        rustix::process::geteuid().is_root()
+    }
+
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         let dir = self.existing_dir(id).await?;
-        let workdir = self.workdir(&dir, spec.workdir.as_ref()).await?;
+        let home = match &spec.user {
+            Some(user) if !self.runs_exec_as_user() => {
+                return Err(ProviderError::InvalidRequest {
+                    message: format!(
+                        "cannot run commands as user {}: the mock provider switches users only when svc runs as root",
+                        user.uid
+                    ),
+                })
+            }
+            Some(user) => self.workdir(&dir, Some(&user.home)).await?,
+            None => dir.clone(),
+        };
+        let workdir = match &spec.workdir {
+            Some(_) => self.workdir(&dir, spec.workdir.as_ref()).await?,
+            None => home.clone(),
+        };
         self.log_line(id, &format!("$ {}", spec.argv.join(" ")))
             .await;
-        exec::start(&dir, &workdir, &spec)
+        exec::start(&home, &workdir, &spec)
     }
 
     async fn write_file(
@@ -379,6 +399,7 @@ mod tests {
             env: BTreeMap::new(),
             network: None,
             labels: BTreeMap::from([(crate::LABEL_MANAGED.into(), "true".into())]),
+            multi_user: false,
         }
     }
 
@@ -465,6 +486,7 @@ mod tests {
             workdir: Some(SandboxPath::parse("/abs").unwrap()),
             tty: None,
             stdin: false,
+            user: None,
         };
         assert!(
             mock.exec(&spec.id, exec.clone()).await.is_err(),

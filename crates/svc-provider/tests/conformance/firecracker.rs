@@ -375,6 +375,7 @@ async fn firecracker_provider_runs_the_whole_path_on_a_fake_vmm() {
         env: BTreeMap::from([("FROM_SPAWN".to_owned(), "yes".to_owned())]),
         network: None,
         labels: BTreeMap::new(),
+        multi_user: false,
     };
     provider.spawn(&spec).await.unwrap();
     assert_eq!(fake.requests().len(), 5, "{:?}", fake.requests());

@@ -28,62 +28,107 @@ fn openapi_prints_json_and_yaml() {
     assert!(doc["paths"]["/api/v1/templates/{name}/spawn"]["post"].is_object());
 }
 
+/// `svc config lint` over good and bad configurations: each finding an `error:` or `warning:`
+/// line naming its key, exit 1 on any error (decisions §16).
 #[test]
 fn config_lint_reports_keys_and_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let good = dir.path().join("good.yaml");
-    std::fs::write(&good, "server:\n  port: 8080\ndefaults:\n  ttl: 5m\n").unwrap();
-    let out = svc()
-        .args(["config", "lint", "--config"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+    let production = format!(
+        "server:\n  cors_allowed_origins: [\"https://app.example.com\"]\nauth:\n  enabled: true\n  api_key: {}\n  admin_api_key: {}\nproviders:\n  mock:\n    enabled: false\n",
+        "a".repeat(32),
+        "b".repeat(40)
     );
-
-    let typo = dir.path().join("typo.yaml");
-    std::fs::write(&typo, "server:\n  prot: 8080\n").unwrap();
-    let out = svc()
-        .args(["config", "lint", "--config"])
-        .arg(&typo)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("error:") && stdout.contains("server.prot"),
-        "{stdout}"
+    // (what, svc.yaml, --production, environment, exit code, keys named by `error:` lines,
+    // texts of `warning:` lines)
+    type Case<'a> = (
+        &'a str,
+        String,
+        bool,
+        Option<(&'a str, &'a str)>,
+        i32,
+        Vec<&'a str>,
+        Vec<&'a str>,
     );
-
-    let out = svc()
-        .args(["config", "lint", "--production", "--config"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("server.cors_allowed_origins"), "{stdout}");
-
-    let out = svc()
-        .args(["config", "lint", "--config"])
-        .arg(&good)
-        .env("SVC_SERVER__PORT", "not-a-number")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("SVC_SERVER__PORT"));
-
-    let out = svc()
-        .args(["config", "lint", "--config"])
-        .arg(&good)
-        .env("SVC_NOT__A_KEY", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("warning:"));
+    let cases: Vec<Case> = vec![
+        ("a valid file", "server:\n  port: 8080\ndefaults:\n  ttl: 5m\n".into(), false, None, 0, vec![], vec![]),
+        ("a key that does not exist", "server:\n  prot: 8080\n".into(), false, None, 1, vec!["server.prot"], vec![]),
+        ("a value out of its set", "defaults:\n  spawn_overflow: sometimes\n".into(), false, None, 1, vec!["defaults.spawn_overflow"], vec![]),
+        ("a pool without VMs", "pool:\n  enabled: true\n  max_vms: 0\n".into(), false, None, 1, vec!["pool.max_vms"], vec![]),
+        ("a pool that never keeps idle VMs", "pool:\n  enabled: true\n  idle_timeout: 0s\n".into(), false, None, 1, vec!["pool.idle_timeout"], vec![]),
+        ("a bad environment value", "server:\n  port: 8080\n".into(), false, Some(("SVC_SERVER__PORT", "not-a-number")), 1, vec!["SVC_SERVER__PORT"], vec![]),
+        ("an unknown environment key", "server:\n  port: 8080\n".into(), false, Some(("SVC_NOT__A_KEY", "1")), 0, vec![], vec!["SVC_NOT__A_KEY"]),
+        (
+            "the defaults in production",
+            "server:\n  port: 8080\n".into(),
+            true,
+            None,
+            1,
+            vec!["server.cors_allowed_origins", "auth.enabled", "auth.api_key", "auth.admin_api_key", "providers.mock.enabled"],
+            vec![],
+        ),
+        ("a production-ready file", production.clone(), true, None, 0, vec![], vec![]),
+        ("the same file is fine outside production", production.replace("enabled: true", "enabled: false"), false, None, 0, vec![], vec![]),
+        ("auth off in production", production.replace("enabled: true", "enabled: false"), true, None, 1, vec!["auth.enabled"], vec![]),
+        ("a short API key", production.replace(&"a".repeat(32), "short"), true, None, 1, vec!["auth.api_key"], vec![]),
+        ("a CORS origin with a path", production.replace("https://app.example.com", "https://app.example.com/"), true, None, 1, vec!["server.cors_allowed_origins"], vec![]),
+        ("the mock in production", production.replace("enabled: false", "enabled: true"), true, None, 1, vec!["providers.mock.enabled"], vec![]),
+        (
+            "OIDC without its keys",
+            production.replacen("auth:\n", "auth:\n  oidc_issuer: https://idp.example.com\n", 1),
+            true,
+            None,
+            1,
+            vec!["auth.oidc_jwks_url", "auth.oidc_audience", "auth.oidc_admin_groups"],
+            vec![],
+        ),
+        ("SQLite for a named replica", format!("{production}worker:\n  id: replica-1\n"), true, None, 1, vec!["database.driver"], vec![]),
+        (
+            "PostgreSQL for a named replica",
+            format!("{production}worker:\n  id: replica-1\ndatabase:\n  driver: postgres\n  dsn: postgres://svc@db/svc\n"),
+            true,
+            None,
+            0,
+            vec![],
+            vec![],
+        ),
+    ];
+    for (name, yaml, production, env, code, errors, warnings) in cases {
+        let file = dir.path().join("svc.yaml");
+        std::fs::write(&file, &yaml).unwrap();
+        let mut command = svc();
+        command.args(["config", "lint", "--config"]).arg(&file);
+        if production {
+            command.arg("--production");
+        }
+        if let Some((key, value)) = env {
+            command.env(key, value);
+        }
+        let out = command.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(code), "{name}:\n{yaml}\n{stdout}");
+        let named: Vec<&str> = stdout
+            .lines()
+            .filter_map(|line| line.strip_prefix("error: "))
+            .collect();
+        assert_eq!(named.len(), errors.len(), "{name}: {stdout}");
+        for (line, key) in named.iter().zip(&errors) {
+            assert!(line.contains(key), "{name}: {key} not named by {line:?}");
+        }
+        for text in warnings {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.starts_with("warning: ") && l.contains(text)),
+                "{name}: {stdout}"
+            );
+        }
+        if code == 0 {
+            assert!(
+                stdout.contains("ok: configuration is valid"),
+                "{name}: {stdout}"
+            );
+        }
+    }
 }
 
 #[test]

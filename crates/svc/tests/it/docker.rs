@@ -16,10 +16,10 @@ use crate::harness::{wait_for, TestServer};
 use crate::lifecycle::{assert_ended, assert_event_says_why};
 use crate::reconcile::{history, reconcile_actions};
 
-const IMAGE: &str = "svc-test-busybox:latest";
+pub(crate) const IMAGE: &str = "svc-test-busybox:latest";
 
 /// The engine, or `None` with a loud skip.
-async fn engine() -> Option<Docker> {
+pub(crate) async fn engine() -> Option<Docker> {
     let docker = Docker::connect_with_defaults().ok();
     let docker = match docker {
         Some(d) => d.negotiate_version().await.ok(),

@@ -20,6 +20,7 @@ mod microvm;
 mod observe;
 mod oidc;
 mod permissions;
+mod pool;
 mod providers;
 mod queue;
 mod quotas;
