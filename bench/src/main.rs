@@ -13,6 +13,7 @@ mod leases;
 mod load;
 mod microvm;
 mod observe;
+mod pool;
 mod replicas;
 
 use clap::{Parser, Subcommand};
@@ -60,6 +61,8 @@ enum Scenario {
     EventLatency(replicas::EventLatencyArgs),
     /// Providers side by side: spawn (boot), exec round trip, file throughput.
     Microvm(microvm::MicrovmArgs),
+    /// Per user: spawn, exec and small-file round trips, destroy (pool mode next to plain).
+    Pool(pool::PoolArgs),
 }
 
 #[tokio::main]
@@ -81,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::ScrapeLatency(latency) => observe::latency(&args.url, &latency).await,
         Scenario::EventLatency(latency) => replicas::event_latency(&latency).await,
         Scenario::Microvm(microvm) => microvm::run(&args.url, &microvm).await,
+        Scenario::Pool(pool) => pool::run(&args.url, &pool).await,
     }
 }
 

@@ -131,6 +131,40 @@ async fn exec_streams_stdin_to_its_end() {
     assert_eq!(code, 0);
 }
 
+/// A pool workspace's command runs as its own user with its own `HOME` (switching users needs
+/// the agent to run as root, as it does in a guest).
+#[tokio::test]
+async fn exec_runs_as_the_requested_user() {
+    let agent = Agent::start().await;
+    let running_as_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap();
+    if !running_as_root {
+        eprintln!("SKIPPED (loudly): switching users needs root");
+        return;
+    }
+    // The user must be able to reach its home: the test's directory is private to root.
+    std::fs::set_permissions(
+        agent.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    let home = agent.path("home");
+    std::fs::create_dir(home.as_str()).unwrap();
+    std::os::unix::fs::chown(home.as_str(), Some(20_001), Some(20_001)).unwrap();
+    let mut spec = spec(&["sh", "-c", "id -u; id -g; echo $HOME; pwd"]);
+    spec.user = Some(svc_provider::ExecUser {
+        uid: 20_001,
+        gid: 20_001,
+        home: home.clone(),
+    });
+    let (out, err, code) = collect(agent.client().exec(spec).await.unwrap()).await;
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, format!("20001\n20001\n{home}\n{home}\n"));
+}
+
 #[tokio::test]
 async fn a_terminal_has_its_size_and_follows_a_resize() {
     let agent = Agent::start().await;

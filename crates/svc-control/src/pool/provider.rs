@@ -186,11 +186,16 @@ impl Provider for Pool {
         // A VM that dies takes every workspace in it along.
         tokio::spawn(async move {
             while let Some(failure) = failures.recv().await {
-                let seats = pool.seats().remove_vm(&failure.sandbox_id);
-                if seats.is_empty() {
+                let vm = &failure.sandbox_id;
+                let was_vm = pool.seats().vm(vm).is_some();
+                if !was_vm {
                     let _ = sender.send(failure);
                     continue;
                 }
+                let seats = pool.seats().remove_vm(vm);
+                tracing::warn!(vm = %vm, users = seats.len(), error = %failure.message, "a pool VM ended on its own");
+                // What is left of it goes, and its lease with it.
+                pool.destroy_vm(vm).await;
                 for (id, _) in seats {
                     let _ = sender.send(RuntimeFailure {
                         sandbox_id: id,

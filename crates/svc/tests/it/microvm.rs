@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::harness::TestServer;
 
-fn assets() -> Option<svc_provider::microvm::Assets> {
+pub(crate) fn assets() -> Option<svc_provider::microvm::Assets> {
     let found = svc_provider::microvm::Assets::find().and_then(|assets| {
         if std::path::Path::new("/var/run/docker.sock").exists() {
             Ok(assets)

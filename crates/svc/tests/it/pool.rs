@@ -467,3 +467,60 @@ async fn users_share_a_container_but_not_their_files_on_docker() {
     assert_eq!(status(&server).await["vms"], 0);
     server.shutdown().await;
 }
+
+/// On a microVM provider the agent inside the guest switches users: the same isolation as on
+/// docker, in a QEMU guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_share_a_microvm_but_not_their_files_on_qemu() {
+    let Some(assets) = crate::microvm::assets() else {
+        return;
+    };
+    let server = TestServer::start_with(|c| {
+        c.providers.qemu = assets.qemu_config(&c.providers.mock.root_dir.with_file_name("qemu"));
+        c.pool.provider = "qemu".into();
+        c.pool.image = crate::docker::IMAGE.into();
+        c.pool.memory_mb = 256;
+        c.pool.vcpus = 1;
+        pool(c, 1, 2);
+    })
+    .await;
+    let users = Users { server: &server };
+    let alice = users.spawned("alice").await;
+    let bob = users.spawned("bob").await;
+    assert_eq!(status(&server).await["vms"], 1);
+    users.write_secret(&alice).await;
+    let own = users
+        .exec("alice", &alice, "cat secret.txt; echo; pwd; id -u")
+        .await;
+    let out = own.body["stdout"].as_str().unwrap().to_owned();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..2],
+        ["alice's secret", "/workspace/alice"],
+        "{}",
+        own.body
+    );
+    let peek = users
+        .exec("bob", &bob, "id -u; cat /workspace/alice/secret.txt")
+        .await;
+    assert_ne!(peek.body["exit_code"], 0, "{}", peek.body);
+    let bob_out = peek.body["stdout"].as_str().unwrap();
+    assert!(!bob_out.contains("alice's secret"), "{}", peek.body);
+    assert_ne!(bob_out.trim(), lines[2], "a user per workspace");
+    users.destroy("alice", &alice).await;
+    users.destroy("bob", &bob).await;
+    wait_for(
+        "the idle pool VM to go",
+        Duration::from_secs(20),
+        || async {
+            status(&server).await["vms"] == 0
+                && std::fs::read_dir(&server.config.providers.qemu.data_dir).map_or(true, |dir| {
+                    // The VM's own directory; the shared initramfs stays.
+                    !dir.flatten()
+                        .any(|e| e.file_name().to_string_lossy().starts_with("sb-"))
+                })
+        },
+    )
+    .await;
+    server.shutdown().await;
+}
