@@ -45,6 +45,8 @@ pub(crate) struct Inner {
     pub(crate) hostname: String,
     pub(crate) installation_id: String,
     event_log: Option<Arc<dyn svc_store::EventLog>>,
+    /// Where the event relay starts reading the shared log, read before serving.
+    pub(crate) relay_start: std::sync::Mutex<Option<i64>>,
     pub(crate) worker_tokens: crate::identity::WorkerTokens,
     pub(crate) held_leases: crate::held_leases::HeldLeases,
     started: Instant,
@@ -93,6 +95,7 @@ impl ControlPlane {
                 hostname: crate::workers::host_name(),
                 installation_id: parts.installation_id,
                 event_log: parts.event_log,
+                relay_start: std::sync::Mutex::new(None),
                 worker_tokens,
                 held_leases: crate::held_leases::HeldLeases::default(),
                 started: Instant::now(),
@@ -169,6 +172,27 @@ impl ControlPlane {
     /// Fires when shutdown begins: background loops and open streams end.
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.inner.shutdown
+    }
+
+    /// Reads where the shared event log stands (PostgreSQL), before serving: every event
+    /// another replica publishes once this server answers reaches its subscribers, however
+    /// late the relay task gets going. Without it the relay reads the position itself.
+    pub async fn prepare_event_relay(&self) {
+        let Some(log) = &self.inner.event_log else {
+            return;
+        };
+        match log.last_event_seq().await {
+            Ok(seq) => {
+                *self
+                    .inner
+                    .relay_start
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(seq);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "reading the shared event log's position failed; the relay retries");
+            }
+        }
     }
 
     /// Starts the background loops; they stop when [`ControlPlane::shutdown_token`] fires.

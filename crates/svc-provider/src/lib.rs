@@ -13,6 +13,7 @@ pub mod microvm;
 pub mod mock;
 mod process;
 mod provider;
+pub mod shell_files;
 
 pub use error::ProviderError;
 pub use exec::{

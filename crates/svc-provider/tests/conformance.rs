@@ -1065,3 +1065,145 @@ async fn qemu_boot_fails_fast_when_the_root_disk_does_not_mount() {
         svc_provider::RuntimeStatus::Missing
     );
 }
+
+/// File operations through exec scripts as an unprivileged user (pool workspaces): streamed
+/// both ways, a broken upload leaves the old file and nothing beside it, and what the user may
+/// not reach is refused, symlinks included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_files_run_as_a_user_and_stop_where_it_may_not_reach() {
+    use svc_provider::shell_files::ShellFiles;
+    let Some(backend) = docker().await else {
+        return;
+    };
+    // A multi-user container: its root keeps what it needs to make other users' homes.
+    let id = SandboxId::generate();
+    let spec = SpawnSpec {
+        id: id.clone(),
+        image: backend.image.clone(),
+        memory_mb: 256,
+        vcpus: 1,
+        env: BTreeMap::new(),
+        network: None,
+        labels: BTreeMap::new(),
+        multi_user: true,
+    };
+    backend.provider.spawn(&spec).await.unwrap();
+    let sandbox = Sandbox {
+        provider: Arc::clone(&backend.provider),
+        id,
+    };
+    let root = ShellFiles::new(
+        sandbox.p(),
+        &sandbox.id,
+        Some(svc_provider::ExecUser {
+            uid: 0,
+            gid: 0,
+            home: path_of("/"),
+        }),
+    );
+    let user = |uid: u32| {
+        ShellFiles::new(
+            sandbox.p(),
+            &sandbox.id,
+            Some(svc_provider::ExecUser {
+                uid,
+                gid: uid,
+                home: path_of(&format!("/home/{uid}")),
+            }),
+        )
+    };
+    let out = sandbox
+        .sh("mkdir -p /home/1000 /home/1001 && echo secret > /home/1001/s && chown -R 1000:1000 /home/1000 && chown -R 1001:1001 /home/1001 && chmod 700 /home/1000 /home/1001 && ln -s /home/1001/s /home/1000/peek")
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let alice = user(1000);
+    let big: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i % 253) as u8).collect();
+    let chunks: Vec<Result<Bytes, ProviderError>> = big
+        .chunks(100_000)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    alice
+        .write(
+            &path_of("/home/1000/d/big.bin"),
+            0o640,
+            futures::stream::iter(chunks).boxed(),
+        )
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    let mut stream = alice.read(&path_of("/home/1000/d/big.bin")).await.unwrap();
+    while let Some(chunk) = stream.next().await {
+        read.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(read == big, "{} bytes read back", read.len());
+    let info = alice.stat(&path_of("/home/1000/d/big.bin")).await.unwrap();
+    assert_eq!(
+        (info.size, info.mode, info.is_dir),
+        (big.len() as u64, 0o640, false)
+    );
+    let owner = sandbox.sh("stat -c %u /home/1000/d/big.bin").await;
+    assert_eq!(owner.stdout, b"1000\n", "the user's own file");
+
+    // A broken upload: the old file stays, nothing is left beside it.
+    let broken = futures::stream::iter(vec![
+        Ok(Bytes::from_static(b"partial")),
+        Err(ProviderError::failed("the client went away")),
+    ])
+    .boxed();
+    assert!(alice
+        .write(&path_of("/home/1000/d/big.bin"), 0o640, broken)
+        .await
+        .is_err());
+    assert_eq!(
+        alice
+            .stat(&path_of("/home/1000/d/big.bin"))
+            .await
+            .unwrap()
+            .size,
+        big.len() as u64
+    );
+    let names: Vec<String> = alice
+        .list(&path_of("/home/1000/d"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["big.bin"]);
+
+    // Another user's files: not through a symlink, not directly, not for writing.
+    let denied = alice.read(&path_of("/home/1000/peek")).await.err();
+    assert!(
+        matches!(&denied, Some(ProviderError::InvalidRequest { message }) if message.contains("permission denied")),
+        "{denied:?}"
+    );
+    // Behind a directory the user cannot enter, a file is not even seen.
+    let hidden = alice.read(&path_of("/home/1001/s")).await.err();
+    assert!(
+        matches!(hidden, Some(ProviderError::FileNotFound { .. })),
+        "{hidden:?}"
+    );
+    let planted = futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]).boxed();
+    assert!(alice
+        .write(&path_of("/home/1001/planted"), 0o644, planted)
+        .await
+        .is_err());
+    assert!(alice.delete(&path_of("/home/1001/s"), false).await.is_err());
+    assert!(alice.list(&path_of("/home/1001")).await.is_err());
+    assert!(
+        root.read(&path_of("/home/1001/s")).await.is_ok(),
+        "root may"
+    );
+    assert!(matches!(
+        alice.read(&path_of("/home/1000/missing")).await.err(),
+        Some(ProviderError::FileNotFound { .. })
+    ));
+    assert_eq!(
+        alice
+            .glob(&svc_core::glob::SandboxGlob::new("/home/1000/**/*.bin").unwrap())
+            .await
+            .unwrap(),
+        ["/home/1000/d/big.bin"]
+    );
+    backend.provider.destroy(&sandbox.id).await.unwrap();
+}

@@ -128,6 +128,7 @@ pub async fn start_with_clock(
             "off (every caller is admin)"
         }
     );
+    plane.prepare_event_relay().await;
     let loops = plane.start_background();
     let task = tokio::spawn(run(plane.clone(), listener, loops));
     Ok(RunningServer { addr, plane, task })

@@ -186,7 +186,16 @@ async fn write(
 
 async fn read(plane: ControlPlane, log: Arc<dyn EventLog>, cancel: CancellationToken) {
     let instance = plane.events().instance().to_owned();
+    let prepared = plane
+        .inner
+        .relay_start
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     let start = loop {
+        if let Some(seq) = prepared {
+            break seq;
+        }
         match log.last_event_seq().await {
             Ok(seq) => break seq,
             Err(err) => {

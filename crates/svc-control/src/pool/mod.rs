@@ -6,9 +6,10 @@
 //! other: `spawn` seats the sandbox in a VM (starting one when needed) and makes its
 //! workspace, `destroy` removes the workspace and lets an emptied VM go after
 //! `pool.idle_timeout`, exec runs in the workspace as the workspace's own unprivileged user,
-//! and every file path is confined to the workspace, symlinks followed. Seats are reserved
-//! at admission ([`Pool::reserve`]), so a full pool refuses (or queues) before anything is
-//! written, and one user never holds two. Runtimes of the wrapped provider that are not
+//! and every file path is confined to the workspace (file operations run as that user too
+//! where the provider allows, so the kernel enforces it; on the mock, a symlink check does).
+//! Seats are reserved at admission ([`Pool::reserve`]), so a full pool refuses (or queues)
+//! before anything is written, and one user never holds two. Runtimes of the wrapped provider that are not
 //! pool VMs (sandboxes from before pool mode) pass straight through.
 
 mod provider;

@@ -11,6 +11,8 @@ use svc_provider::{
     RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, LABEL_POOL,
 };
 
+use svc_provider::shell_files::ShellFiles;
+
 use super::workspace::{self, relative};
 use super::{Place, Pool};
 
@@ -59,6 +61,30 @@ impl Pool {
     ) -> Result<NonRootPath, ProviderError> {
         let real = self.real_path(place, path).await?;
         workspace::non_root_in(&place.workspace, real)
+    }
+
+    /// File operations run as the workspace's user inside the VM, where the provider gives a
+    /// filesystem of its own (a container or a guest) and switches users: the kernel keeps
+    /// them inside what the user may reach, so no check beforehand (and no race with one) is
+    /// needed. `None` elsewhere (the mock, whose commands run on the host): there, root's
+    /// operations follow the symlink check of [`Pool::real_path`].
+    fn user_files<'a>(&'a self, place: &'a Place) -> Option<ShellFiles<'a>> {
+        let own_filesystem = self
+            .inner
+            .capabilities()
+            .iter()
+            .any(|c| matches!(c, Capability::Container | Capability::Microvm));
+        (own_filesystem && self.switches_users()).then(|| {
+            ShellFiles::new(
+                self.inner.as_ref(),
+                &place.vm,
+                Some(ExecUser {
+                    uid: place.seat.uid,
+                    gid: place.seat.uid,
+                    home: place.workspace.clone(),
+                }),
+            )
+        })
     }
 
     /// Hands what the file API (running as root) made to the workspace's user.
@@ -377,6 +403,11 @@ impl Provider for Pool {
         let Some(place) = self.logical(id).await? else {
             return self.inner.write_file(id, path, mode, content).await;
         };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, path)?;
+            workspace::non_root_in(&place.workspace, (**path).clone())?;
+            return files.write(path, mode, content).await;
+        }
         let real = self.real_file(&place, path).await?;
         self.inner
             .write_file(&place.vm, &real, mode, content)
@@ -392,6 +423,10 @@ impl Provider for Pool {
         let Some(place) = self.logical(id).await? else {
             return self.inner.read_file(id, path).await;
         };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, path)?;
+            return files.read(path).await;
+        }
         let real = self.real_path(&place, path).await?;
         self.inner.read_file(&place.vm, &real).await
     }
@@ -405,6 +440,11 @@ impl Provider for Pool {
         let Some(place) = self.logical(id).await? else {
             return self.inner.delete_file(id, path, recursive).await;
         };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, path)?;
+            workspace::non_root_in(&place.workspace, (**path).clone())?;
+            return files.delete(path, recursive).await;
+        }
         // A symlink itself is deleted, not what it points to: only its directory resolves.
         let parent = self.real_path(&place, &path.parent()).await?;
         let real = workspace::non_root_in(&place.workspace, parent.join(path.file_name()))?;
@@ -425,6 +465,10 @@ impl Provider for Pool {
         } else {
             path
         };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, path)?;
+            return files.list(path).await;
+        }
         let real = self.real_path(&place, path).await?;
         self.inner.list_dir(&place.vm, &real).await
     }
@@ -438,6 +482,13 @@ impl Provider for Pool {
         let Some(place) = self.logical(id).await? else {
             return self.inner.move_path(id, from, to).await;
         };
+        if let Some(files) = self.user_files(&place) {
+            for path in [from, to] {
+                workspace::confine(&place.workspace, path)?;
+                workspace::non_root_in(&place.workspace, (**path).clone())?;
+            }
+            return files.rename(from, to).await;
+        }
         let from_parent = self.real_path(&place, &from.parent()).await?;
         let from = workspace::non_root_in(&place.workspace, from_parent.join(from.file_name()))?;
         let to = self.real_file(&place, to).await?;
@@ -454,6 +505,10 @@ impl Provider for Pool {
         let Some(place) = self.logical(id).await? else {
             return self.inner.chmod(id, path, mode).await;
         };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, path)?;
+            return files.chmod(path, mode).await;
+        }
         let real = self.real_path(&place, path).await?;
         self.inner.chmod(&place.vm, &real, mode).await
     }
@@ -462,6 +517,10 @@ impl Provider for Pool {
         let Some(place) = self.logical(id).await? else {
             return self.inner.stat(id, path).await;
         };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, path)?;
+            return files.stat(path).await;
+        }
         let real = self.real_path(&place, path).await?;
         self.inner.stat(&place.vm, &real).await
     }
@@ -475,7 +534,10 @@ impl Provider for Pool {
             return self.inner.glob(id, pattern).await;
         };
         workspace::confine_glob(&place.workspace, pattern)?;
-        let mut found = self.inner.glob(&place.vm, pattern).await?;
+        let mut found = match self.user_files(&place) {
+            Some(files) => files.glob(pattern).await?,
+            None => self.inner.glob(&place.vm, pattern).await?,
+        };
         found.retain(|path| workspace::inside(&place.workspace, path));
         Ok(found)
     }

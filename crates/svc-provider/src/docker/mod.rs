@@ -535,14 +535,7 @@ impl Provider for DockerProvider {
         path: &NonRootPath,
         recursive: bool,
     ) -> Result<(), ProviderError> {
-        files::delete(
-            &self.client().await?,
-            &container_name(id),
-            id.as_str(),
-            path,
-            recursive,
-        )
-        .await
+        self.shell(id).delete(path, recursive).await
     }
 
     async fn list_dir(
@@ -550,13 +543,7 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         path: &SandboxPath,
     ) -> Result<Vec<FileInfo>, ProviderError> {
-        files::list(
-            &self.client().await?,
-            &container_name(id),
-            id.as_str(),
-            path,
-        )
-        .await
+        self.shell(id).list(path).await
     }
 
     async fn move_path(
@@ -565,14 +552,7 @@ impl Provider for DockerProvider {
         from: &NonRootPath,
         to: &NonRootPath,
     ) -> Result<(), ProviderError> {
-        files::rename(
-            &self.client().await?,
-            &container_name(id),
-            id.as_str(),
-            from,
-            to,
-        )
-        .await
+        self.shell(id).rename(from, to).await
     }
 
     async fn chmod(
@@ -581,14 +561,7 @@ impl Provider for DockerProvider {
         path: &SandboxPath,
         mode: u32,
     ) -> Result<(), ProviderError> {
-        files::chmod(
-            &self.client().await?,
-            &container_name(id),
-            id.as_str(),
-            path,
-            mode,
-        )
-        .await
+        self.shell(id).chmod(path, mode).await
     }
 
     async fn stat(&self, id: &SandboxId, path: &SandboxPath) -> Result<FileInfo, ProviderError> {
@@ -601,17 +574,24 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         pattern: &SandboxGlob,
     ) -> Result<Vec<String>, ProviderError> {
-        files::glob(
-            &self.client().await?,
-            &container_name(id),
-            id.as_str(),
-            pattern,
-        )
-        .await
+        self.shell(id).glob(pattern).await
     }
 }
 
 impl DockerProvider {
+    /// File operations by shell script, as root.
+    fn shell<'a>(&'a self, id: &'a SandboxId) -> crate::shell_files::ShellFiles<'a> {
+        crate::shell_files::ShellFiles::new(
+            self,
+            id,
+            Some(crate::ExecUser {
+                uid: 0,
+                gid: 0,
+                home: SandboxPath::root(),
+            }),
+        )
+    }
+
     /// The archive API answers 404 for a missing container and a missing path alike; this
     /// tells them apart.
     async fn require_container(&self, id: &SandboxId) -> Result<(), ProviderError> {
