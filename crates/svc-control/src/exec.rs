@@ -14,7 +14,7 @@ use svc_core::error::LimitReason;
 use svc_core::event::{EventPayload, ExecEventData, ExecOperation};
 use svc_core::exec::{ExecResult, TIMEOUT_EXIT_CODE, UNKNOWN_EXIT_CODE};
 use svc_core::path::SandboxPath;
-use svc_core::{Capability, Error, GoDuration, SandboxId};
+use svc_core::{Capability, Error, ExecId, GoDuration, SandboxId};
 use svc_provider::{
     ExecChunk, ExecControl, ExecSpec, ExitStatus, OutputStream, Provider, ProviderError, StdStream,
     TtySize,
@@ -75,6 +75,9 @@ pub struct ExecCommand {
     pub tty: Option<TtySize>,
     /// Whether stdin will be written.
     pub stdin: bool,
+    /// The exec's ID when the caller must name it before the command starts (a WebSocket
+    /// upgrade answers with it); otherwise one is made.
+    pub exec_id: Option<ExecId>,
 }
 
 /// How a command ended.
@@ -101,6 +104,7 @@ pub enum ExecOutput {
 
 /// A command that is running.
 pub struct RunningExec {
+    exec_id: ExecId,
     plane: ControlPlane,
     sandbox_id: SandboxId,
     tenant_id: String,
@@ -117,8 +121,9 @@ pub struct RunningExec {
     ended: bool,
 }
 
-fn event_data(form: ExecForm, provider: &str) -> ExecEventData {
+fn event_data(exec_id: &ExecId, form: ExecForm, provider: &str) -> ExecEventData {
     ExecEventData {
+        exec_id: Some(exec_id.clone()),
         operation: form.operation(),
         provider: provider.to_owned(),
         exit_code: None,
@@ -129,13 +134,18 @@ fn event_data(form: ExecForm, provider: &str) -> ExecEventData {
 }
 
 impl RunningExec {
+    /// The exec's ID.
+    pub fn exec_id(&self) -> &ExecId {
+        &self.exec_id
+    }
+
     /// The control handle (stdin, resize, signals).
     pub fn control(&self) -> &Arc<dyn ExecControl> {
         &self.control
     }
 
     fn publish(&self, payload: impl FnOnce(ExecEventData) -> EventPayload) {
-        let data = event_data(self.form, self.provider);
+        let data = event_data(&self.exec_id, self.form, self.provider);
         self.plane
             .events()
             .publish_in(&self.tenant_id, Some(&self.sandbox_id), payload(data));
@@ -269,7 +279,7 @@ impl Drop for RunningExec {
         let plane = self.plane.clone();
         let sandbox_id = self.sandbox_id.clone();
         let tenant_id = self.tenant_id.clone();
-        let data = event_data(self.form, self.provider);
+        let data = event_data(&self.exec_id, self.form, self.provider);
         let started = self.started;
         let (operation, provider) = (self.form.metric(), self.provider);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -377,7 +387,8 @@ impl ControlPlane {
             stdin: command.stdin,
             user: None,
         };
-        let data = event_data(form, provider.name());
+        let exec_id = command.exec_id.unwrap_or_else(ExecId::generate);
+        let data = event_data(&exec_id, form, provider.name());
         self.events().publish_in(
             &sandbox.tenant_id,
             Some(&sandbox.id),
@@ -404,6 +415,7 @@ impl ControlPlane {
         };
         let started = Instant::now();
         Ok(RunningExec {
+            exec_id,
             plane: self.clone(),
             sandbox_id: sandbox.id.clone(),
             tenant_id: sandbox.tenant_id.clone(),
@@ -446,6 +458,7 @@ impl ControlPlane {
                 }
                 ExecOutput::Ended(ending) => {
                     return Ok(ExecResult {
+                        exec_id: running.exec_id.clone(),
                         exit_code: ending.exit_code,
                         stdout: String::from_utf8_lossy(&stdout).into_owned(),
                         stderr: String::from_utf8_lossy(&stderr).into_owned(),
@@ -517,6 +530,7 @@ mod tests {
     async fn a_failed_kill_still_answers_after_the_grace_period() {
         let timeout = Duration::from_millis(50);
         let mut running = RunningExec {
+            exec_id: ExecId::generate(),
             plane: ControlPlane::for_tests().await,
             sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
             tenant_id: "default".to_owned(),

@@ -7,6 +7,7 @@ use svc_core::event::{EventPayload, FileEventData};
 use svc_core::exec::parse_mode;
 use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
+use svc_core::range::RangeAnswer;
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{ByteStream, FileInfo, Provider, ProviderError};
 
@@ -57,6 +58,47 @@ fn file_data(path: &SandboxPath, size: Option<u64>) -> FileEventData {
         path: path.as_str().to_owned(),
         size,
     }
+}
+
+/// A file download: its bytes, and what its `Range` asked for.
+pub struct Download {
+    /// The bytes to send (none when the range is unsatisfiable).
+    pub stream: ByteStream,
+    /// The file's size, when a range made it known.
+    pub size: Option<u64>,
+    /// Whole, partial or unsatisfiable.
+    pub answer: RangeAnswer,
+}
+
+/// `len` bytes of `stream` from byte `skip` on. The provider streams from the start; the bytes
+/// before are read and dropped, never held.
+fn slice(stream: ByteStream, skip: u64, len: u64) -> ByteStream {
+    let chunks = futures::stream::unfold(
+        (stream, skip, len),
+        |(mut stream, mut skip, mut left)| async move {
+            use futures::StreamExt;
+            while left > 0 {
+                let mut chunk = match stream.next().await? {
+                    Ok(chunk) => chunk,
+                    Err(err) => return Some((Err(err), (stream, 0, 0))),
+                };
+                let chunk_len = chunk.len() as u64;
+                if skip >= chunk_len {
+                    skip -= chunk_len;
+                    continue;
+                }
+                let from = usize::try_from(skip).unwrap_or(usize::MAX);
+                skip = 0;
+                let _ = chunk.split_to(from);
+                let keep = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+                chunk.truncate(keep);
+                left -= keep as u64;
+                return Some((Ok(chunk), (stream, skip, left)));
+            }
+            None
+        },
+    );
+    Box::pin(chunks)
 }
 
 /// The running sandbox a file operation acts on.
@@ -136,13 +178,14 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// `GET /files`: the file's bytes as a stream.
+    /// `GET /files`: the file's bytes as a stream, or the part a `Range` header names.
     pub async fn read_file(
         &self,
         principal: &Principal,
         id: &str,
         path: &str,
-    ) -> Result<ByteStream, Error> {
+        range: Option<&str>,
+    ) -> Result<Download, Error> {
         self.authorize(principal, Action::ReadFiles)?;
         let path = sandbox_path("path", path)?;
         let FileTarget {
@@ -150,16 +193,50 @@ impl ControlPlane {
             tenant_id,
             provider,
         } = self.file_target(principal, id).await?;
-        let stream = provider
-            .read_file(&sandbox_id, &path)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "read file", e))?;
-        self.events().publish_in(
-            &tenant_id,
-            Some(&sandbox_id),
-            EventPayload::FileRead(file_data(&path, None)),
-        );
-        Ok(stream)
+        let failed = |e| self.file_error(&sandbox_id, provider.name(), "read file", e);
+        // A range needs the size; a whole file does not (no extra round trip).
+        let (size, answer) = match range {
+            Some(header) => {
+                let info = provider.stat(&sandbox_id, &path).await.map_err(failed)?;
+                if info.is_dir {
+                    return Err(failed(ProviderError::InvalidRequest {
+                        message: format!("{path}: is a directory"),
+                    }));
+                }
+                (
+                    Some(info.size),
+                    RangeAnswer::for_header(Some(header), info.size),
+                )
+            }
+            None => (None, RangeAnswer::Whole),
+        };
+        let stream = match answer {
+            RangeAnswer::Unsatisfiable => Box::pin(futures::stream::empty()),
+            RangeAnswer::Whole => provider
+                .read_file(&sandbox_id, &path)
+                .await
+                .map_err(failed)?,
+            RangeAnswer::Partial { start, end } => slice(
+                provider
+                    .read_file(&sandbox_id, &path)
+                    .await
+                    .map_err(failed)?,
+                start,
+                end - start + 1,
+            ),
+        };
+        if answer != RangeAnswer::Unsatisfiable {
+            self.events().publish_in(
+                &tenant_id,
+                Some(&sandbox_id),
+                EventPayload::FileRead(file_data(&path, None)),
+            );
+        }
+        Ok(Download {
+            stream,
+            size,
+            answer,
+        })
     }
 
     /// `DELETE /files`.

@@ -36,7 +36,7 @@ pub mod workers;
 pub use admission::SchedulerStats;
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
-pub use files::DEFAULT_FILE_MODE;
+pub use files::{Download, DEFAULT_FILE_MODE};
 pub use identity::{Authenticator, Credentials};
 pub use plane::{ControlPlane, ControlPlaneParts};
 pub use pool::{Pool, PoolIdentity, PoolStatus};

@@ -216,6 +216,9 @@ pub struct SandboxEventData {
 /// `data` of `exec.*` events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecEventData {
+    /// The exec's ID; absent only in events of replicas older than exec IDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_id: Option<crate::ExecId>,
     /// The exec form.
     pub operation: ExecOperation,
     /// Provider name.
@@ -408,6 +411,7 @@ mod tests {
     #[test]
     fn payloads_render_decided_keys() {
         let data = EventPayload::ExecCompleted(ExecEventData {
+            exec_id: Some(crate::ExecId::parse("ex-0123456789abcdef").unwrap()),
             operation: ExecOperation::ExecStream,
             provider: "mock".into(),
             exit_code: Some(3),
@@ -418,7 +422,7 @@ mod tests {
         assert_eq!(data.event_type(), EventType::ExecCompleted);
         assert_eq!(
             serde_json::Value::Object(data.into_data()),
-            serde_json::json!({"operation": "exec_stream", "provider": "mock", "exit_code": 3, "duration": "1.5s"})
+            serde_json::json!({"exec_id": "ex-0123456789abcdef", "operation": "exec_stream", "provider": "mock", "exit_code": 3, "duration": "1.5s"})
         );
         let limit = EventPayload::ResourceLimit(LimitEventData {
             reason: LimitReason::MaxSandboxes,

@@ -36,6 +36,8 @@ pub struct ExecRequest {
 /// The buffered exec result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecResult {
+    /// The exec's ID (`ex-` + 16 hex), as in its events.
+    pub exec_id: crate::ExecId,
     /// Exit code; 124 on timeout, 128+N when killed by signal N.
     pub exit_code: i32,
     /// Standard output (invalid UTF-8 replaced by U+FFFD).

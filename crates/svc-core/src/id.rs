@@ -1,78 +1,109 @@
-//! Sandbox identifiers: `sb-` followed by 16 lowercase hex characters from a CSPRNG (decisions §3).
+//! Identifiers: a prefix and 16 lowercase hex characters from a CSPRNG (decisions §3, §8):
+//! sandboxes `sb-`, execs `ex-`.
 
 use std::fmt;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-const PREFIX: &str = "sb-";
 const HEX_LEN: usize = 16;
 
-/// A validated sandbox ID.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct SandboxId(String);
-
-/// A string that is not a sandbox ID.
+/// A string that is not an ID of the expected kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid sandbox id {0:?}: expected sb- followed by 16 lowercase hex characters")]
-pub struct InvalidSandboxId(pub String);
+#[error("invalid {kind} id {value:?}: expected {prefix} followed by 16 lowercase hex characters")]
+pub struct InvalidId {
+    /// `sandbox` or `exec`.
+    pub kind: &'static str,
+    /// The prefix expected.
+    pub prefix: &'static str,
+    /// What was given.
+    pub value: String,
+}
 
-impl SandboxId {
-    /// A fresh random ID.
-    pub fn generate() -> Self {
-        let bytes: [u8; HEX_LEN / 2] = rand::rng().random();
-        SandboxId(format!("{PREFIX}{}", hex::encode(bytes)))
-    }
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal, $example:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
 
-    /// Validates an ID received from outside.
-    pub fn parse(input: &str) -> Result<Self, InvalidSandboxId> {
-        let valid = input.strip_prefix(PREFIX).is_some_and(|hex| {
-            hex.len() == HEX_LEN && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        });
-        if valid {
-            Ok(SandboxId(input.to_owned()))
-        } else {
-            Err(InvalidSandboxId(input.to_owned()))
+        impl $name {
+            /// A fresh random ID.
+            pub fn generate() -> Self {
+                let bytes: [u8; HEX_LEN / 2] = rand::rng().random();
+                $name(format!("{}{}", $prefix, hex::encode(bytes)))
+            }
+
+            /// Validates an ID received from outside.
+            pub fn parse(input: &str) -> Result<Self, InvalidId> {
+                let valid = input.strip_prefix($prefix).is_some_and(|hex| {
+                    hex.len() == HEX_LEN && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                });
+                if valid {
+                    Ok($name(input.to_owned()))
+                } else {
+                    Err(InvalidId {
+                        kind: $kind,
+                        prefix: $prefix,
+                        value: input.to_owned(),
+                    })
+                }
+            }
+
+            /// The ID as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
         }
-    }
 
-    /// The ID as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidId;
+            fn try_from(value: String) -> Result<Self, Self::Error> {
+                $name::parse(&value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> Self {
+                id.0
+            }
+        }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some(concat!("^", $prefix, "[0-9a-f]{16}$")))
+                    .examples([serde_json::json!($example)])
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+    };
 }
 
-impl fmt::Display for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+prefixed_id!(
+    /// A validated sandbox ID.
+    SandboxId,
+    "sandbox",
+    "sb-",
+    "sb-0123456789abcdef"
+);
 
-impl TryFrom<String> for SandboxId {
-    type Error = InvalidSandboxId;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        SandboxId::parse(&value)
-    }
-}
-
-impl From<SandboxId> for String {
-    fn from(id: SandboxId) -> Self {
-        id.0
-    }
-}
-
-impl utoipa::PartialSchema for SandboxId {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some("^sb-[0-9a-f]{16}$"))
-            .examples([serde_json::json!("sb-0123456789abcdef")])
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for SandboxId {}
+prefixed_id!(
+    /// A validated exec ID (decisions §8, "Exec jobs").
+    ExecId,
+    "exec",
+    "ex-",
+    "ex-0123456789abcdef"
+);
 
 #[cfg(test)]
 mod tests {
@@ -100,5 +131,17 @@ mod tests {
         ] {
             assert!(SandboxId::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn exec_ids_have_their_own_prefix() {
+        let id = ExecId::generate();
+        assert!(id.as_str().starts_with("ex-") && id.as_str().len() == 19);
+        assert_eq!(ExecId::parse(id.as_str()), Ok(id));
+        let err = ExecId::parse("sb-0123456789abcdef").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid exec id \"sb-0123456789abcdef\": expected ex- followed by 16 lowercase hex characters"
+        );
     }
 }

@@ -18,6 +18,9 @@ use utoipa_axum::routes;
 use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
+/// The response header naming a streamed or interactive exec (decisions §8).
+const EXEC_ID_HEADER: header::HeaderName = header::HeaderName::from_static("x-exec-id");
+
 /// Most log lines one request may ask for.
 const MAX_LOG_LINES: usize = 100_000;
 
@@ -30,6 +33,7 @@ pub(crate) fn exec_command(request: ExecRequest) -> ExecCommand {
         timeout: request.timeout,
         tty: None,
         stdin: false,
+        exec_id: None,
     }
 }
 
@@ -61,10 +65,19 @@ async fn exec(
     let running = plane
         .start_exec(&principal, &id, command, ExecForm::Stream)
         .await?;
+    let exec_id = header::HeaderValue::from_str(running.exec_id().as_str())
+        .map_err(|e| Error::internal("naming an exec", e))?;
     Ok((
         [
-            (header::CONTENT_TYPE, "application/x-ndjson"),
-            (header::CACHE_CONTROL, "no-cache"),
+            (
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/x-ndjson"),
+            ),
+            (
+                header::CACHE_CONTROL,
+                header::HeaderValue::from_static("no-cache"),
+            ),
+            (EXEC_ID_HEADER, exec_id),
         ],
         crate::stream::ndjson::exec_body(running),
     )
@@ -122,7 +135,15 @@ async fn exec_ws(
             ),
         )
     })?;
-    Ok(upgrade.on_upgrade(move |socket| crate::stream::ws::session(plane, principal, id, socket)))
+    // The exec's ID is chosen now: the upgrade's answer names it, before `start` arrives.
+    let exec_id = svc_core::ExecId::generate();
+    let header_value = header::HeaderValue::from_str(exec_id.as_str())
+        .map_err(|e| Error::internal("naming an exec", e))?;
+    let mut response = upgrade.on_upgrade(move |socket| {
+        crate::stream::ws::session(plane, principal, id, exec_id, socket)
+    });
+    response.headers_mut().insert(EXEC_ID_HEADER, header_value);
+    Ok(response)
 }
 
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {

@@ -3,11 +3,12 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::header;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use svc_control::{ControlPlane, FileInfo};
+use svc_core::range::RangeAnswer;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -130,10 +131,14 @@ async fn write(
     Ok(Json(StatusBody { status: "written" }))
 }
 
-/// Reads a file's raw bytes (streamed).
+/// Reads a file's raw bytes (streamed); `Range: bytes=a-b` (or `a-`, `-n`) answers 206 with
+/// that part, so a broken download resumes.
 #[utoipa::path(get, path = "/sandboxes/{id}/files", tag = "files",
-    params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
+    params(("id" = String, Path, description = "Sandbox ID"), PathQuery,
+        ("Range" = Option<String>, Header, description = "One byte range: `bytes=a-b`, `bytes=a-` or `bytes=-n`")),
     responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, description = "The bytes of the range, with `Content-Range`", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 416, description = "No byte of the file is in the range; `Content-Range: bytes */SIZE`", body = ErrorBody),
         (status = 400, description = "Invalid path, or a directory", body = ErrorBody),
         (status = 404, description = "No such sandbox or file", body = ErrorBody)))]
 async fn read(
@@ -141,14 +146,44 @@ async fn read(
     Caller(principal): Caller,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<PathQuery>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let path = required(query.path, "path")?;
-    let stream = plane.read_file(&principal, &id, &path).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        Body::from_stream(stream),
-    )
-        .into_response())
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|value| value.to_str().ok());
+    let download = plane.read_file(&principal, &id, &path, range).await?;
+    let size = download.size.unwrap_or_default();
+    let octets = (header::CONTENT_TYPE, "application/octet-stream".to_owned());
+    let ranges = (header::ACCEPT_RANGES, "bytes".to_owned());
+    Ok(match download.answer {
+        RangeAnswer::Whole => {
+            ([octets, ranges], Body::from_stream(download.stream)).into_response()
+        }
+        RangeAnswer::Partial { start, end } => (
+            StatusCode::PARTIAL_CONTENT,
+            [
+                octets,
+                ranges,
+                (header::CONTENT_RANGE, format!("bytes {start}-{end}/{size}")),
+                (header::CONTENT_LENGTH, (end - start + 1).to_string()),
+            ],
+            Body::from_stream(download.stream),
+        )
+            .into_response(),
+        RangeAnswer::Unsatisfiable => (
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            [(header::CONTENT_RANGE, format!("bytes */{size}"))],
+            Json(ErrorBody {
+                code: "range_not_satisfiable",
+                message: format!(
+                    "range {} is outside the file's {size} bytes",
+                    range.unwrap_or_default()
+                ),
+            }),
+        )
+            .into_response(),
+    })
 }
 
 /// Deletes a file or directory.

@@ -104,6 +104,7 @@ pub(crate) async fn session(
     plane: ControlPlane,
     principal: Principal,
     id: String,
+    exec_id: svc_core::ExecId,
     socket: WebSocket,
 ) {
     let (mut sink, mut source) = socket.split();
@@ -134,6 +135,7 @@ pub(crate) async fn session(
         timeout: start.timeout,
         tty,
         stdin: true,
+        exec_id: Some(exec_id),
     };
     let mut running = match plane
         .start_exec(&principal, &id, command, ExecForm::Interactive)

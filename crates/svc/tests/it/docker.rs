@@ -361,6 +361,7 @@ async fn docker_files_and_a_500_mib_read_in_constant_memory() {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
+    crate::files::assert_ranges(&server, &id, "/work").await;
     let files = format!("/sandboxes/{id}/files");
     let written = server
         .post(

@@ -44,6 +44,13 @@ impl Lines {
     }
 }
 
+/// `ex-` and 16 lowercase hex characters (decisions §8).
+pub(crate) fn is_exec_id(text: &str) -> bool {
+    text.strip_prefix("ex-").is_some_and(|hex| {
+        hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
 async fn stream(server: &TestServer, id: &str, body: Value) -> Lines {
     let response = server
         .client
@@ -54,6 +61,8 @@ async fn stream(server: &TestServer, id: &str, body: Value) -> Lines {
         .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let exec_id = response.headers()["x-exec-id"].to_str().unwrap();
+    assert!(is_exec_id(exec_id), "{exec_id}");
     Lines {
         stream: Box::pin(response.bytes_stream()),
         buffer: Vec::new(),
@@ -310,21 +319,25 @@ async fn exec_events_and_failures() {
     let mut events = server
         .events("?types=exec.started,exec.completed,exec.failed", None)
         .await;
-    server
+    let result = server
         .post(
             &format!("/sandboxes/{id}/exec"),
             json!({"command": "exit 2"}),
         )
-        .await;
+        .await
+        .body;
+    let exec_id = result["exec_id"].as_str().unwrap().to_owned();
+    assert!(is_exec_id(&exec_id), "{result}");
     let started = events.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(started.data["type"], "exec.started");
     assert_eq!(started.data["sandbox_id"], id.as_str());
     assert_eq!(
         started.data["data"],
-        json!({"operation": "exec", "provider": "mock"})
+        json!({"exec_id": exec_id, "operation": "exec", "provider": "mock"})
     );
     let completed = events.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(completed.data["type"], "exec.completed");
+    assert_eq!(completed.data["data"]["exec_id"], exec_id.as_str());
     assert_eq!(completed.data["data"]["exit_code"], 2);
     assert!(completed.data["data"]["duration"].is_string());
 

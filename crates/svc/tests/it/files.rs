@@ -395,3 +395,97 @@ async fn file_bad_input_has_no_side_effects() {
         .assert_error(409, "conflict");
     server.shutdown().await;
 }
+
+/// A download resumes with `Range` (decisions §9): 206 with the part and `Content-Range`,
+/// 416 naming the size when no byte is in range, 200 with `Accept-Ranges` otherwise.
+pub(crate) async fn assert_ranges(server: &TestServer, id: &str, dir: &str) {
+    let content: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let path = format!("{dir}/ranged.bin");
+    let files = format!("/sandboxes/{id}/files");
+    let written = server
+        .post(
+            &files,
+            json!({
+                "path": path,
+                "content": base64::engine::general_purpose::STANDARD.encode(&content),
+                "encoding": "base64",
+            }),
+        )
+        .await;
+    assert_eq!(written.status, 200, "{}", written.body);
+    let get = |range: Option<&str>| {
+        let mut request = server
+            .client
+            .get(server.url(&format!("{files}?path={path}")));
+        if let Some(range) = range {
+            request = request.header("range", range);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_owned())
+            };
+            let (range, length, accept) = (
+                header("content-range"),
+                header("content-length"),
+                header("accept-ranges"),
+            );
+            let body = response.bytes().await.unwrap().to_vec();
+            (status, range, length, accept, body)
+        }
+    };
+    let (status, range, _, accept, body) = get(None).await;
+    assert_eq!(
+        (status, range, accept.as_deref()),
+        (200, None, Some("bytes"))
+    );
+    assert!(body == content);
+    let size = content.len();
+    for (header, start, end) in [
+        ("bytes=0-0", 0, 0),
+        ("bytes=100-65635", 100, 65635),
+        ("bytes=99990-", 99_990, size - 1),
+        ("bytes=-10", size - 10, size - 1),
+        ("bytes=50000-999999", 50_000, size - 1),
+    ] {
+        let (status, range, length, _, body) = get(Some(header)).await;
+        assert_eq!(status, 206, "{header}");
+        assert_eq!(
+            range.unwrap(),
+            format!("bytes {start}-{end}/{size}"),
+            "{header}"
+        );
+        assert_eq!(length.unwrap(), (end - start + 1).to_string(), "{header}");
+        assert!(
+            body == content[start..=end],
+            "{header}: {} bytes",
+            body.len()
+        );
+    }
+    let (status, range, _, _, body) = get(Some("bytes=100000-")).await;
+    assert_eq!((status, range.unwrap()), (416, format!("bytes */{size}")));
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["code"], "range_not_satisfiable");
+    let (status, ..) = get(Some("bytes=5-1")).await;
+    assert_eq!(status, 200, "a range that is not one is ignored");
+    let directory = server
+        .client
+        .get(server.url(&format!("{files}?path={dir}")))
+        .header("range", "bytes=0-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(directory.status(), 400);
+}
+
+#[tokio::test]
+async fn downloads_resume_with_a_range() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    assert_ranges(&server, &id, "/data").await;
+    server.shutdown().await;
+}

@@ -13,6 +13,11 @@ type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn connect(server: &TestServer, id: &str) -> Socket {
+    connect_naming_the_exec(server, id).await.0
+}
+
+/// The socket, and the exec ID the upgrade's answer names (`X-Exec-ID`).
+async fn connect_naming_the_exec(server: &TestServer, id: &str) -> (Socket, String) {
     let url = format!(
         "{}/sandboxes/{id}/exec/ws",
         server.url("").replace("http://", "ws://")
@@ -21,7 +26,9 @@ async fn connect(server: &TestServer, id: &str) -> Socket {
         .await
         .expect("upgrade");
     assert_eq!(response.status(), 101);
-    socket
+    let exec_id = response.headers()["x-exec-id"].to_str().unwrap().to_owned();
+    assert!(crate::exec::is_exec_id(&exec_id), "{exec_id}");
+    (socket, exec_id)
 }
 
 async fn send(socket: &mut Socket, value: Value) {
@@ -59,6 +66,25 @@ async fn sandbox(server: &TestServer) -> String {
         .as_str()
         .unwrap()
         .to_owned()
+}
+
+#[tokio::test]
+async fn the_upgrade_names_the_exec_its_events_carry() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let mut events = server
+        .events("?types=exec.started,exec.completed", None)
+        .await;
+    let (mut socket, exec_id) = connect_naming_the_exec(&server, &id).await;
+    send(&mut socket, json!({"type": "start", "command": "true"})).await;
+    let (_, close) = drain(&mut socket).await;
+    assert_eq!(close, Some(CloseCode::Normal));
+    for kind in ["exec.started", "exec.completed"] {
+        let event = events.next(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(event.data["type"], kind);
+        assert_eq!(event.data["data"]["exec_id"], exec_id.as_str(), "{kind}");
+    }
+    server.shutdown().await;
 }
 
 #[tokio::test]
