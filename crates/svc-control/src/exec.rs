@@ -12,7 +12,7 @@ use futures::StreamExt;
 use svc_core::access::Action;
 use svc_core::error::LimitReason;
 use svc_core::event::{EventPayload, ExecEventData, ExecOperation};
-use svc_core::exec::{ExecResult, TIMEOUT_EXIT_CODE, UNKNOWN_EXIT_CODE};
+use svc_core::exec::{ExecRecord, ExecResult, ExecStatus, TIMEOUT_EXIT_CODE, UNKNOWN_EXIT_CODE};
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, Error, ExecId, GoDuration, SandboxId};
 use svc_provider::{
@@ -20,6 +20,7 @@ use svc_provider::{
     TtySize,
 };
 
+use crate::exec_jobs::Job;
 use crate::{ControlPlane, Principal};
 
 /// How long a command killed at its deadline may take to end before the caller is answered.
@@ -105,6 +106,7 @@ pub enum ExecOutput {
 /// A command that is running.
 pub struct RunningExec {
     exec_id: ExecId,
+    job: Arc<Job>,
     plane: ControlPlane,
     sandbox_id: SandboxId,
     tenant_id: String,
@@ -179,7 +181,10 @@ impl RunningExec {
                 () = sleep_until(deadline), if deadline.is_some() => Step::Deadline,
             };
             match step {
-                Step::Output(Some(Ok(chunk))) => return Some(ExecOutput::Chunk(chunk)),
+                Step::Output(Some(Ok(chunk))) => {
+                    self.job.count(chunk.stream, chunk.data.len());
+                    return Some(ExecOutput::Chunk(chunk));
+                }
                 Step::Output(Some(Err(err))) => {
                     tracing::warn!(sandbox_id = %self.sandbox_id, tenant_id = %self.tenant_id, error = %err, "reading command output failed");
                     self.output = None;
@@ -221,6 +226,13 @@ impl RunningExec {
             (Ok(status), false) => status.code,
             (Err(_), false) => UNKNOWN_EXIT_CODE,
         };
+        let ended_as = if self.timed_out {
+            ExecStatus::TimedOut
+        } else {
+            ExecStatus::Exited
+        };
+        self.job
+            .end(ended_as, Some(exit_code), self.plane.clock().now());
         if self.timed_out {
             let timeout = GoDuration::new(self.timeout.unwrap_or_default());
             self.publish(|data| {
@@ -280,6 +292,7 @@ impl Drop for RunningExec {
         let sandbox_id = self.sandbox_id.clone();
         let tenant_id = self.tenant_id.clone();
         let data = event_data(&self.exec_id, self.form, self.provider);
+        let job = Arc::clone(&self.job);
         let started = self.started;
         let (operation, provider) = (self.form.metric(), self.provider);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -291,6 +304,7 @@ impl Drop for RunningExec {
                 Some(exit) => exit.await.ok().map(|s| s.code),
                 None => None,
             };
+            job.end(ExecStatus::Killed, exit_code, plane.clock().now());
             // The command ran as asked; its caller left.
             plane
                 .operations()
@@ -373,6 +387,21 @@ impl ControlPlane {
             .await
             .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?;
         let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
+        let exec_id = command.exec_id.clone().unwrap_or_else(ExecId::generate);
+        let record = ExecRecord {
+            exec_id: exec_id.clone(),
+            sandbox_id: sandbox.id.clone(),
+            command: command.command.clone(),
+            args: command.args.clone(),
+            background: false,
+            status: ExecStatus::Running,
+            exit_code: None,
+            started_at: self.clock().now(),
+            ended_at: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+        };
+        let stdin = command.stdin;
         let argv = match command.args {
             Some(args) => std::iter::once(command.command).chain(args).collect(),
             None => vec!["/bin/sh".to_owned(), "-c".to_owned(), command.command],
@@ -387,7 +416,6 @@ impl ControlPlane {
             stdin: command.stdin,
             user: None,
         };
-        let exec_id = command.exec_id.unwrap_or_else(ExecId::generate);
         let data = event_data(&exec_id, form, provider.name());
         self.events().publish_in(
             &sandbox.tenant_id,
@@ -401,6 +429,9 @@ impl ControlPlane {
                 self.operations()
                     .record(form.metric(), provider.name(), false, starting.elapsed());
                 let err = self.provider_failure(Some(&sandbox.id), provider.name(), "exec", err);
+                let job = Job::new(record, None, false);
+                job.end(ExecStatus::Failed, None, self.clock().now());
+                self.inner.exec_jobs.add(&sandbox.id, job);
                 let data = ExecEventData {
                     error: Some(err.public_message()),
                     ..data
@@ -414,8 +445,11 @@ impl ControlPlane {
             }
         };
         let started = Instant::now();
+        let job = Job::new(record, Some(Arc::clone(&session.control)), stdin);
+        self.inner.exec_jobs.add(&sandbox.id, Arc::clone(&job));
         Ok(RunningExec {
             exec_id,
+            job,
             plane: self.clone(),
             sandbox_id: sandbox.id.clone(),
             tenant_id: sandbox.tenant_id.clone(),
@@ -529,8 +563,27 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_kill_still_answers_after_the_grace_period() {
         let timeout = Duration::from_millis(50);
+        let exec_id = ExecId::generate();
+        let job = Job::new(
+            ExecRecord {
+                exec_id: exec_id.clone(),
+                sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
+                command: "sleep".into(),
+                args: None,
+                background: false,
+                status: ExecStatus::Running,
+                exit_code: None,
+                started_at: chrono::Utc::now(),
+                ended_at: None,
+                stdout_bytes: 0,
+                stderr_bytes: 0,
+            },
+            None,
+            false,
+        );
         let mut running = RunningExec {
-            exec_id: ExecId::generate(),
+            exec_id,
+            job: Arc::clone(&job),
             plane: ControlPlane::for_tests().await,
             sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
             tenant_id: "default".to_owned(),
@@ -555,6 +608,10 @@ mod tests {
             other => panic!("expected the ending, got {other:?}"),
         }
         assert!(begun.elapsed() >= timeout + KILL_GRACE);
+        assert_eq!(
+            (job.snapshot().status, job.snapshot().exit_code),
+            (ExecStatus::TimedOut, Some(TIMEOUT_EXIT_CODE))
+        );
         assert!(running.next().await.is_none());
     }
 }

@@ -7,6 +7,7 @@ mod admission;
 pub mod audit;
 pub mod events;
 mod exec;
+mod exec_jobs;
 mod files;
 mod held_leases;
 pub mod identity;

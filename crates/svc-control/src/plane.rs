@@ -49,6 +49,7 @@ pub(crate) struct Inner {
     pub(crate) relay_start: std::sync::Mutex<Option<i64>>,
     pub(crate) worker_tokens: crate::identity::WorkerTokens,
     pub(crate) held_leases: crate::held_leases::HeldLeases,
+    pub(crate) exec_jobs: crate::exec_jobs::ExecJobs,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -98,6 +99,7 @@ impl ControlPlane {
                 relay_start: std::sync::Mutex::new(None),
                 worker_tokens,
                 held_leases: crate::held_leases::HeldLeases::default(),
+                exec_jobs: crate::exec_jobs::ExecJobs::default(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),

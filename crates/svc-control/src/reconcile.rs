@@ -284,6 +284,7 @@ impl ControlPlane {
             }
         };
         self.inner.held_leases.forget(ended.id.as_str());
+        self.inner.exec_jobs.forget(&ended.id);
         match loss {
             RuntimeLoss::Vanished => report.marked_destroyed += 1,
             RuntimeLoss::Stopped => {

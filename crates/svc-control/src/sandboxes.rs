@@ -247,6 +247,7 @@ impl ControlPlane {
             return Ok(false);
         };
         self.inner.held_leases.forget(destroyed.id.as_str());
+        self.inner.exec_jobs.forget(&destroyed.id);
         self.spawn_queue().capacity_changed();
         self.events().publish_in(
             &destroyed.tenant_id,

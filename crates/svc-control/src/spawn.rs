@@ -596,6 +596,7 @@ impl ControlPlane {
         {
             Ok(Some(ended)) => {
                 self.inner.held_leases.forget(ended.id.as_str());
+                self.inner.exec_jobs.forget(&ended.id);
                 self.spawn_queue().capacity_changed();
                 let mut data = sandbox_event_data(&ended);
                 data.error = Some(message.to_owned());

@@ -77,6 +77,8 @@ pub enum Resource {
     Quota,
     /// A worker.
     Worker,
+    /// An exec of a sandbox.
+    Exec,
     /// A tenant.
     Tenant,
     /// A tenant member.
@@ -96,6 +98,7 @@ impl fmt::Display for Resource {
             Resource::Lease => "lease",
             Resource::Quota => "quota of owner",
             Resource::Worker => "worker",
+            Resource::Exec => "exec",
             Resource::Tenant => "tenant",
             Resource::Member => "member",
             Resource::Policy => "policy",
@@ -292,6 +295,14 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// An exec that no longer runs (or takes no stdin) was asked to act.
+    #[error("exec {id} {status}")]
+    ExecEnded {
+        /// The exec.
+        id: String,
+        /// What became of it, in words (`has exited`, `was killed`).
+        status: &'static str,
+    },
     /// Pool mode: every pool VM is full and no more may start (overflow `reject`).
     #[error("{message}")]
     PoolFull {
@@ -348,7 +359,8 @@ impl Error {
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. }
             | Error::SandboxNotRunning { .. }
-            | Error::OwnerHasSandbox { .. } => ErrorKind::Conflict,
+            | Error::OwnerHasSandbox { .. }
+            | Error::ExecEnded { .. } => ErrorKind::Conflict,
             Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
             Error::Provider { .. } => ErrorKind::ProviderError,

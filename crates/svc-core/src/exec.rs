@@ -51,6 +51,51 @@ pub struct ExecResult {
     pub timed_out: bool,
 }
 
+/// Where an exec is in its life (decisions §8, "Exec jobs").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStatus {
+    /// Still running.
+    Running,
+    /// Ended by itself (also after a signal sent through the signal route: 128+N).
+    Exited,
+    /// Its deadline killed it.
+    TimedOut,
+    /// svc ended it: the kill route, a client that went away, or the sandbox ending.
+    Killed,
+    /// It could not start.
+    Failed,
+}
+
+/// One exec as `GET /sandboxes/{id}/execs` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExecRecord {
+    /// Its ID.
+    pub exec_id: crate::ExecId,
+    /// The sandbox it runs in.
+    pub sandbox_id: crate::SandboxId,
+    /// The command as given.
+    pub command: String,
+    /// Its arguments, when given (then no shell ran it).
+    pub args: Option<Vec<String>>,
+    /// True for a background exec.
+    pub background: bool,
+    /// Where it is.
+    pub status: ExecStatus,
+    /// Exit code; null while running.
+    pub exit_code: Option<i32>,
+    /// When it started.
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: crate::Timestamp,
+    /// When it ended; null while running.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub ended_at: Option<crate::Timestamp>,
+    /// Bytes it wrote to stdout so far.
+    pub stdout_bytes: u64,
+    /// Bytes it wrote to stderr so far.
+    pub stderr_bytes: u64,
+}
+
 /// Parses a file mode: 1 to 4 octal digits (`755`, `0644`), optionally prefixed `0o`.
 pub fn parse_mode(text: &str) -> Result<u32, String> {
     let digits = text.trim().strip_prefix("0o").unwrap_or(text.trim());

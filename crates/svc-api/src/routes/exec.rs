@@ -10,11 +10,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use svc_control::{ControlPlane, ExecCommand, ExecForm};
-use svc_core::exec::{ExecRequest, ExecResult};
+use svc_core::exec::{ExecRecord, ExecRequest, ExecResult};
 use svc_core::Error;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::StatusBody;
 use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
@@ -146,8 +147,116 @@ async fn exec_ws(
     Ok(response)
 }
 
+/// `POST /execs/{exec_id}/stdin` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+struct StdinBody {
+    /// Text to write.
+    #[serde(default)]
+    data: String,
+    /// Close stdin after writing.
+    #[serde(default)]
+    eof: bool,
+}
+
+/// `POST /execs/{exec_id}/signal` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+struct SignalBody {
+    /// `SIGINT`, `SIGTERM`, `SIGKILL` or `SIGHUP` (the `SIG` prefix may be left out).
+    signal: String,
+}
+
+/// The sandbox's execs, newest first: running ones and the last 100 ended.
+#[utoipa::path(get, path = "/sandboxes/{id}/execs", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses((status = 200, description = "Exec records", body = Vec<ExecRecord>),
+        (status = 404, description = "No such sandbox", body = ErrorBody)))]
+async fn list_execs(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<ExecRecord>>, ApiError> {
+    Ok(Json(plane.list_execs(&principal, &id).await?))
+}
+
+/// One exec.
+#[utoipa::path(get, path = "/sandboxes/{id}/execs/{exec_id}", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID"),
+        ("exec_id" = String, Path, description = "Exec ID")),
+    responses((status = 200, description = "The exec's record", body = ExecRecord),
+        (status = 404, description = "No such sandbox or exec", body = ErrorBody)))]
+async fn get_exec(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path((id, exec_id)): Path<(String, String)>,
+) -> Result<Json<ExecRecord>, ApiError> {
+    Ok(Json(plane.get_exec(&principal, &id, &exec_id).await?))
+}
+
+/// Kills a running exec (status `killed`).
+#[utoipa::path(delete, path = "/sandboxes/{id}/execs/{exec_id}", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID"),
+        ("exec_id" = String, Path, description = "Exec ID")),
+    responses((status = 200, description = "`{\"status\": \"killed\"}`", body = StatusBody),
+        (status = 404, description = "No such sandbox or exec", body = ErrorBody),
+        (status = 409, description = "The exec has ended", body = ErrorBody)))]
+async fn kill_exec(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path((id, exec_id)): Path<(String, String)>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane.kill_exec(&principal, &id, &exec_id).await?;
+    Ok(Json(StatusBody { status: "killed" }))
+}
+
+/// Writes to a running exec's stdin (execs started with one: interactive ones).
+#[utoipa::path(post, path = "/sandboxes/{id}/execs/{exec_id}/stdin", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID"),
+        ("exec_id" = String, Path, description = "Exec ID")),
+    request_body = StdinBody,
+    responses((status = 200, description = "`{\"status\": \"sent\"}`", body = StatusBody),
+        (status = 404, description = "No such sandbox or exec", body = ErrorBody),
+        (status = 409, description = "The exec has ended or has no stdin", body = ErrorBody)))]
+async fn exec_stdin(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path((id, exec_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<StdinBody>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane
+        .exec_stdin(&principal, &id, &exec_id, &body.data, body.eof)
+        .await?;
+    Ok(Json(StatusBody { status: "sent" }))
+}
+
+/// Sends a signal to a running exec's process group.
+#[utoipa::path(post, path = "/sandboxes/{id}/execs/{exec_id}/signal", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID"),
+        ("exec_id" = String, Path, description = "Exec ID")),
+    request_body = SignalBody,
+    responses((status = 200, description = "`{\"status\": \"signalled\"}`", body = StatusBody),
+        (status = 400, description = "Unknown signal", body = ErrorBody),
+        (status = 404, description = "No such sandbox or exec", body = ErrorBody),
+        (status = 409, description = "The exec has ended", body = ErrorBody)))]
+async fn signal_exec(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path((id, exec_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<SignalBody>,
+) -> Result<Json<StatusBody>, ApiError> {
+    plane
+        .signal_exec(&principal, &id, &exec_id, &body.signal)
+        .await?;
+    Ok(Json(StatusBody {
+        status: "signalled",
+    }))
+}
+
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
+        .routes(routes!(list_execs))
+        .routes(routes!(get_exec, kill_exec))
+        .routes(routes!(exec_stdin))
+        .routes(routes!(signal_exec))
         .routes(routes!(exec))
         .routes(routes!(logs))
         .routes(routes!(exec_ws))

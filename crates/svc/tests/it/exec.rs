@@ -447,3 +447,166 @@ async fn logs_show_recent_lines_in_order() {
         .assert_error(400, "bad_request");
     server.shutdown().await;
 }
+
+/// Every exec is recorded (decisions §8, "Exec jobs"): listed newest first with its status,
+/// exit code and bytes per stream; a running one can be signalled and killed, an ended one
+/// cannot (409), an unknown one is 404.
+#[tokio::test]
+async fn execs_are_recorded_and_running_ones_can_be_signalled_and_killed() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let execs = format!("/sandboxes/{id}/execs");
+    assert_eq!(server.get(&execs).await.body, json!([]));
+
+    let done = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "printf abc; printf de >&2; exit 3"}),
+        )
+        .await
+        .body;
+    let done_id = done["exec_id"].as_str().unwrap().to_owned();
+    let record = server.get(&format!("{execs}/{done_id}")).await;
+    assert_eq!(record.status, 200, "{}", record.body);
+    assert_schema("ExecRecord", &record.body);
+    let record = record.body;
+    assert_eq!(record["sandbox_id"], id.as_str());
+    assert_eq!(record["command"], "printf abc; printf de >&2; exit 3");
+    assert_eq!(record["args"], Value::Null);
+    assert_eq!(record["background"], false);
+    assert_eq!(record["status"], "exited");
+    assert_eq!(record["exit_code"], 3);
+    assert_eq!(
+        (
+            record["stdout_bytes"].clone(),
+            record["stderr_bytes"].clone()
+        ),
+        (json!(3), json!(2))
+    );
+    assert!(record["started_at"].is_string() && record["ended_at"].is_string());
+    for (method, path, body) in [
+        (reqwest::Method::DELETE, format!("{execs}/{done_id}"), None),
+        (
+            reqwest::Method::POST,
+            format!("{execs}/{done_id}/signal"),
+            Some(json!({"signal": "SIGTERM"})),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{execs}/{done_id}/stdin"),
+            Some(json!({"data": "x"})),
+        ),
+    ] {
+        let message = server
+            .call(method, &path, body)
+            .await
+            .assert_error(409, "conflict");
+        assert!(
+            message.contains(&done_id) && message.contains("exited"),
+            "{message}"
+        );
+    }
+    server
+        .get(&format!("{execs}/ex-0000000000000000"))
+        .await
+        .assert_error(404, "not_found");
+    server
+        .get(&format!("{execs}/not-an-id"))
+        .await
+        .assert_error(404, "not_found");
+
+    // A command that could not start, and one its deadline ended.
+    let missing = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "/no/such/program", "args": ["a"]}),
+        )
+        .await;
+    assert_eq!(missing.status, 400);
+    let slow = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "sleep 5", "timeout": "200ms"}),
+        )
+        .await
+        .body;
+
+    // A running command: signalled (it ends by itself, 128+15), then one killed.
+    let signalled = stream(&server, &id, json!({"command": "sleep 30", "stream": true})).await;
+    let listed = server.get(&execs).await.body;
+    let running = &listed[0];
+    assert_eq!(running["status"], "running", "{listed}");
+    assert_eq!(running["exit_code"], Value::Null);
+    assert_eq!(running["ended_at"], Value::Null);
+    let running_id = running["exec_id"].as_str().unwrap().to_owned();
+    let sent = server
+        .post(
+            &format!("{execs}/{running_id}/signal"),
+            json!({"signal": "TERM"}),
+        )
+        .await;
+    assert_eq!(
+        (sent.status.as_u16(), sent.body["status"].clone()),
+        (200, json!("signalled"))
+    );
+    let lines = signalled.all().await;
+    assert_eq!(lines.last().unwrap()["exit_code"], 143, "{lines:?}");
+    let ended = server.get(&format!("{execs}/{running_id}")).await.body;
+    assert_eq!(
+        (ended["status"].clone(), ended["exit_code"].clone()),
+        (json!("exited"), json!(143))
+    );
+
+    let killed = stream(&server, &id, json!({"command": "sleep 30", "stream": true})).await;
+    let kill_id = server.get(&execs).await.body[0]["exec_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server
+        .post(&format!("{execs}/{kill_id}/stdin"), json!({"data": "x"}))
+        .await
+        .assert_error(409, "conflict");
+    server
+        .post(
+            &format!("{execs}/{kill_id}/signal"),
+            json!({"signal": "SIGNOPE"}),
+        )
+        .await
+        .assert_error(400, "bad_request");
+    let deleted = server.delete(&format!("{execs}/{kill_id}")).await;
+    assert_eq!(deleted.body, json!({"status": "killed"}));
+    killed.all().await;
+    wait_for(
+        "the killed exec to be recorded",
+        Duration::from_secs(5),
+        || async { server.get(&format!("{execs}/{kill_id}")).await.body["status"] == "killed" },
+    )
+    .await;
+
+    let statuses: Vec<Value> = server
+        .get(&execs)
+        .await
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].clone())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            json!("killed"),
+            json!("exited"),
+            json!("timed_out"),
+            json!("failed"),
+            json!("exited")
+        ],
+        "newest first"
+    );
+    let slow_record = server
+        .get(&format!("{execs}/{}", slow["exec_id"].as_str().unwrap()))
+        .await
+        .body;
+    assert_eq!(slow_record["exit_code"], 124);
+    server.shutdown().await;
+}
