@@ -563,24 +563,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_kill_still_answers_after_the_grace_period() {
         let timeout = Duration::from_millis(50);
-        let exec_id = ExecId::generate();
-        let job = Job::new(
-            ExecRecord {
-                exec_id: exec_id.clone(),
-                sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
-                command: "sleep".into(),
-                args: None,
-                background: false,
-                status: ExecStatus::Running,
-                exit_code: None,
-                started_at: chrono::Utc::now(),
-                ended_at: None,
-                stdout_bytes: 0,
-                stderr_bytes: 0,
-            },
-            None,
-            false,
-        );
+        let record = crate::exec_jobs::running_record(&SandboxId::generate());
+        let exec_id = record.exec_id.clone();
+        let job = Job::new(record, None, false);
         let mut running = RunningExec {
             exec_id,
             job: Arc::clone(&job),

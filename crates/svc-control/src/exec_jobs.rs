@@ -273,24 +273,30 @@ fn status_text(status: ExecStatus) -> &'static str {
     }
 }
 
+/// A fresh running exec's record, for tests.
+#[cfg(test)]
+pub(crate) fn running_record(sandbox: &SandboxId) -> ExecRecord {
+    ExecRecord {
+        exec_id: ExecId::generate(),
+        sandbox_id: sandbox.clone(),
+        command: "true".into(),
+        args: None,
+        background: false,
+        status: ExecStatus::Running,
+        exit_code: None,
+        started_at: chrono::Utc::now(),
+        ended_at: None,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn record(sandbox: &SandboxId) -> ExecRecord {
-        ExecRecord {
-            exec_id: ExecId::generate(),
-            sandbox_id: sandbox.clone(),
-            command: "true".into(),
-            args: None,
-            background: false,
-            status: ExecStatus::Running,
-            exit_code: None,
-            started_at: chrono::Utc::now(),
-            ended_at: None,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
-        }
+        running_record(sandbox)
     }
 
     #[test]
