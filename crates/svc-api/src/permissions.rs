@@ -92,6 +92,7 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("GET", "/sandboxes/{id}/execs", ReadSandboxes),
         ("GET", "/sandboxes/{id}/execs/{exec_id}", ReadSandboxes),
         ("DELETE", "/sandboxes/{id}/execs/{exec_id}", Exec),
+        ("GET", "/sandboxes/{id}/execs/{exec_id}/output", ReadLogs),
         ("POST", "/sandboxes/{id}/execs/{exec_id}/stdin", Exec),
         ("POST", "/sandboxes/{id}/execs/{exec_id}/signal", Exec),
         ("POST", "/sandboxes/{id}/extend", Extend),

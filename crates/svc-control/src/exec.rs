@@ -182,7 +182,7 @@ impl RunningExec {
             };
             match step {
                 Step::Output(Some(Ok(chunk))) => {
-                    self.job.count(chunk.stream, chunk.data.len());
+                    self.job.output(chunk.stream, &chunk.data);
                     return Some(ExecOutput::Chunk(chunk));
                 }
                 Step::Output(Some(Err(err))) => {
@@ -429,7 +429,7 @@ impl ControlPlane {
                 self.operations()
                     .record(form.metric(), provider.name(), false, starting.elapsed());
                 let err = self.provider_failure(Some(&sandbox.id), provider.name(), "exec", err);
-                let job = Job::new(record, None, false);
+                let job = Job::new(record, None, false, self.config().exec.output_buffer_bytes);
                 job.end(ExecStatus::Failed, None, self.clock().now());
                 self.inner.exec_jobs.add(&sandbox.id, job);
                 let data = ExecEventData {
@@ -445,7 +445,12 @@ impl ControlPlane {
             }
         };
         let started = Instant::now();
-        let job = Job::new(record, Some(Arc::clone(&session.control)), stdin);
+        let job = Job::new(
+            record,
+            Some(Arc::clone(&session.control)),
+            stdin,
+            self.config().exec.output_buffer_bytes,
+        );
         self.inner.exec_jobs.add(&sandbox.id, Arc::clone(&job));
         Ok(RunningExec {
             exec_id,
@@ -565,7 +570,7 @@ mod tests {
         let timeout = Duration::from_millis(50);
         let record = crate::exec_jobs::running_record(&SandboxId::generate());
         let exec_id = record.exec_id.clone();
-        let job = Job::new(record, None, false);
+        let job = Job::new(record, None, false, 1024);
         let mut running = RunningExec {
             exec_id,
             job: Arc::clone(&job),

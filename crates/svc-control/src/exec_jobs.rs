@@ -1,10 +1,15 @@
 //! Every exec of every running sandbox, by ID (decisions §8, "Exec jobs"): its record (status,
-//! exit code, bytes per stream) as it runs, and its control, so the exec routes can list,
-//! inspect, signal, feed and kill it. Running execs are always kept; of the ended ones, the last
-//! [`KEPT_ENDED`] of each sandbox. A sandbox's execs are forgotten when it ends.
+//! exit code, bytes per stream) as it runs, the last `exec.output_buffer_bytes` of each of its
+//! streams (a [`Ring`], replayed by byte offset), and its control, so the exec routes can list,
+//! inspect, replay, signal, feed and kill it. Running execs are always kept; of the ended ones,
+//! the last [`KEPT_ENDED`] of each sandbox. A sandbox's execs are forgotten when it ends.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
 
 use svc_core::access::Action;
 use svc_core::error::Resource;
@@ -17,9 +22,102 @@ use crate::{ControlPlane, Principal};
 /// Ended execs kept per sandbox.
 const KEPT_ENDED: usize = 100;
 
+/// The last bytes of one output stream, with their offsets in it.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    chunks: VecDeque<(u64, Bytes)>,
+    kept: u64,
+    total: u64,
+    capacity: u64,
+}
+
+impl Ring {
+    fn new(capacity: u64) -> Self {
+        Ring {
+            chunks: VecDeque::new(),
+            kept: 0,
+            total: 0,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Appends; whole chunks go from the front while the rest still holds `capacity` bytes.
+    fn push(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        let len = data.len() as u64;
+        self.chunks.push_back((self.total, data));
+        self.total += len;
+        self.kept += len;
+        while let Some((_, front)) = self.chunks.front() {
+            let front = front.len() as u64;
+            if self.kept - front < self.capacity {
+                break;
+            }
+            self.kept -= front;
+            self.chunks.pop_front();
+        }
+    }
+
+    /// What is kept from offset `from` on: how many bytes before it were dropped, and the
+    /// chunks with their offsets.
+    fn since(&self, from: u64) -> (u64, Vec<(u64, Bytes)>) {
+        let oldest = self.total - self.kept;
+        let lost = oldest.saturating_sub(from);
+        let start = from.max(oldest);
+        let chunks = self
+            .chunks
+            .iter()
+            .filter(|(offset, data)| offset + data.len() as u64 > start)
+            .map(|(offset, data)| {
+                if *offset < start {
+                    let skip = usize::try_from(start - offset).unwrap_or(usize::MAX);
+                    (start, data.slice(skip..))
+                } else {
+                    (*offset, data.clone())
+                }
+            })
+            .collect();
+        (lost, chunks)
+    }
+}
+
+/// One item of an exec's output replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecReplay {
+    /// Bytes of `stream` no longer kept between the offset asked for and the oldest kept.
+    Lost {
+        /// Which stream.
+        stream: StdStream,
+        /// How many bytes.
+        bytes: u64,
+    },
+    /// Output bytes starting at `offset` of their stream.
+    Data {
+        /// Which stream.
+        stream: StdStream,
+        /// Offset of the first byte.
+        offset: u64,
+        /// The raw bytes.
+        data: Bytes,
+    },
+    /// The exec has ended; nothing follows.
+    Exit {
+        /// Its exit code ([`svc_core::exec::UNKNOWN_EXIT_CODE`] when none is known).
+        exit_code: i32,
+        /// Its wall time.
+        duration: Duration,
+    },
+}
+
 /// One exec.
 pub(crate) struct Job {
     record: Mutex<ExecRecord>,
+    /// Stdout and stderr.
+    output: Mutex<[Ring; 2]>,
+    /// Woken on new output and at the end.
+    changed: tokio::sync::Notify,
     /// `None` for an exec that never started.
     control: Option<Arc<dyn ExecControl>>,
     /// Whether the command's stdin is a pipe svc writes.
@@ -33,9 +131,12 @@ impl Job {
         record: ExecRecord,
         control: Option<Arc<dyn ExecControl>>,
         stdin: bool,
+        ring_bytes: u64,
     ) -> Arc<Self> {
         Arc::new(Job {
             record: Mutex::new(record),
+            output: Mutex::new([Ring::new(ring_bytes), Ring::new(ring_bytes)]),
+            changed: tokio::sync::Notify::new(),
             control,
             stdin,
             kill_requested: std::sync::atomic::AtomicBool::new(false),
@@ -47,14 +148,23 @@ impl Job {
         self.record.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts output.
-    pub(crate) fn count(&self, stream: StdStream, bytes: usize) {
-        let mut record = self.lock();
-        let counter = match stream {
-            StdStream::Stdout => &mut record.stdout_bytes,
-            StdStream::Stderr => &mut record.stderr_bytes,
-        };
-        *counter += bytes as u64;
+    fn rings(&self) -> MutexGuard<'_, [Ring; 2]> {
+        // Plain buffers, consistent after every statement.
+        self.output.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps output and counts it; followers wake.
+    pub(crate) fn output(&self, stream: StdStream, data: &Bytes) {
+        {
+            let mut record = self.lock();
+            let counter = match stream {
+                StdStream::Stdout => &mut record.stdout_bytes,
+                StdStream::Stderr => &mut record.stderr_bytes,
+            };
+            *counter += data.len() as u64;
+        }
+        self.rings()[index(stream)].push(data.clone());
+        self.changed.notify_waiters();
     }
 
     /// Records the end. `status` is `Exited` unless svc or the deadline ended it; a kill the
@@ -69,12 +179,58 @@ impl Job {
         } else {
             status
         };
-        let mut record = self.lock();
-        if record.status == ExecStatus::Running {
-            record.status = status;
-            record.exit_code = exit_code;
-            record.ended_at = Some(at);
+        {
+            let mut record = self.lock();
+            if record.status == ExecStatus::Running {
+                record.status = status;
+                record.exit_code = exit_code;
+                record.ended_at = Some(at);
+            }
         }
+        self.changed.notify_waiters();
+    }
+
+    /// What a follower at `offsets` has not seen: lost bytes and data per stream, then the
+    /// exit when the exec has ended. The status is read before the output, and output is
+    /// always kept before the end is recorded, so an ended exec's replay is complete.
+    fn replay(&self, offsets: &mut [u64; 2]) -> (Vec<ExecReplay>, bool) {
+        let record = self.snapshot();
+        let ended = record.status != ExecStatus::Running;
+        let mut items = Vec::new();
+        let rings = self.rings();
+        for stream in [StdStream::Stdout, StdStream::Stderr] {
+            let offset = &mut offsets[index(stream)];
+            let (lost, chunks) = rings[index(stream)].since(*offset);
+            if lost > 0 {
+                items.push(ExecReplay::Lost {
+                    stream,
+                    bytes: lost,
+                });
+                *offset += lost;
+            }
+            for (at, data) in chunks {
+                *offset = at + data.len() as u64;
+                items.push(ExecReplay::Data {
+                    stream,
+                    offset: at,
+                    data,
+                });
+            }
+        }
+        drop(rings);
+        if ended {
+            let duration = record
+                .ended_at
+                .map(|end| (end - record.started_at).to_std().unwrap_or_default())
+                .unwrap_or_default();
+            items.push(ExecReplay::Exit {
+                exit_code: record
+                    .exit_code
+                    .unwrap_or(svc_core::exec::UNKNOWN_EXIT_CODE),
+                duration,
+            });
+        }
+        (items, ended)
     }
 
     pub(crate) fn snapshot(&self) -> ExecRecord {
@@ -174,6 +330,22 @@ impl ControlPlane {
             .ok_or_else(|| Error::not_found(Resource::Exec, exec_id))
     }
 
+    /// `GET /sandboxes/{id}/execs/{exec_id}/output`: the exec's output from the given byte
+    /// offsets (what is no longer kept is reported as lost), then live output with `follow`,
+    /// and the exit once it has ended.
+    pub async fn exec_output(
+        &self,
+        principal: &Principal,
+        id: &str,
+        exec_id: &str,
+        offsets: [u64; 2],
+        follow: bool,
+    ) -> Result<BoxStream<'static, ExecReplay>, Error> {
+        self.authorize(principal, Action::ReadLogs)?;
+        let job = self.find_exec(principal, id, exec_id).await?;
+        Ok(follow_job(job, offsets, follow))
+    }
+
     /// A running exec's control, for the routes that act on it; 409 once it has ended.
     async fn running_exec(
         &self,
@@ -263,6 +435,41 @@ impl ControlPlane {
     }
 }
 
+fn index(stream: StdStream) -> usize {
+    match stream {
+        StdStream::Stdout => 0,
+        StdStream::Stderr => 1,
+    }
+}
+
+/// Follows a job from `offsets`: what it has, then (with `follow`) what comes, to its end.
+fn follow_job(job: Arc<Job>, offsets: [u64; 2], follow: bool) -> BoxStream<'static, ExecReplay> {
+    let state = (job, offsets, VecDeque::<ExecReplay>::new(), false);
+    Box::pin(futures::stream::unfold(
+        state,
+        move |(job, mut offsets, mut pending, mut done)| async move {
+            loop {
+                if let Some(item) = pending.pop_front() {
+                    return Some((item, (job, offsets, pending, done)));
+                }
+                if done {
+                    return None;
+                }
+                // Registered before looking, so output that lands in between still wakes us.
+                let changed = job.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                let (items, ended) = job.replay(&mut offsets);
+                pending.extend(items);
+                done = ended || !follow;
+                if pending.is_empty() && !done {
+                    changed.await;
+                }
+            }
+        },
+    ))
+}
+
 fn status_text(status: ExecStatus) -> &'static str {
     match status {
         ExecStatus::Running => "is running",
@@ -303,11 +510,11 @@ mod tests {
     fn keeps_running_execs_and_the_last_hundred_ended() {
         let jobs = ExecJobs::default();
         let sandbox = SandboxId::generate();
-        let running = Job::new(record(&sandbox), None, false);
+        let running = Job::new(record(&sandbox), None, false, 64);
         jobs.add(&sandbox, Arc::clone(&running));
         let mut first_ended = None;
         for _ in 0..KEPT_ENDED + 5 {
-            let job = Job::new(record(&sandbox), None, false);
+            let job = Job::new(record(&sandbox), None, false, 64);
             job.end(ExecStatus::Exited, Some(0), chrono::Utc::now());
             first_ended.get_or_insert_with(|| job.snapshot().exec_id);
             jobs.add(&sandbox, job);
@@ -330,9 +537,9 @@ mod tests {
     #[test]
     fn an_end_is_recorded_once_and_a_requested_kill_shows() {
         let sandbox = SandboxId::generate();
-        let job = Job::new(record(&sandbox), None, false);
-        job.count(StdStream::Stdout, 5);
-        job.count(StdStream::Stderr, 2);
+        let job = Job::new(record(&sandbox), None, false, 64);
+        job.output(StdStream::Stdout, &Bytes::from_static(b"hello"));
+        job.output(StdStream::Stderr, &Bytes::from_static(b"no"));
         job.kill_requested
             .store(true, std::sync::atomic::Ordering::Relaxed);
         job.end(ExecStatus::Exited, Some(137), chrono::Utc::now());
@@ -348,5 +555,84 @@ mod tests {
             (ExecStatus::Killed, Some(137), 5, 2)
         );
         assert!(record.ended_at.is_some());
+    }
+
+    #[test]
+    fn a_ring_keeps_at_least_its_capacity_and_reports_what_it_dropped() {
+        let mut ring = Ring::new(10);
+        for chunk in ["abcd", "efgh", "ijkl", "mnop"] {
+            ring.push(Bytes::from(chunk));
+        }
+        // 16 bytes pushed; whole chunks go while at least 10 stay: "efgh" on is kept.
+        let (lost, chunks) = ring.since(0);
+        assert_eq!(lost, 4);
+        assert_eq!(chunks[0], (4, Bytes::from("efgh")));
+        let (lost, chunks) = ring.since(6);
+        assert_eq!(lost, 0);
+        assert_eq!(
+            chunks[0],
+            (6, Bytes::from("gh")),
+            "a chunk cut at the offset"
+        );
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(ring.since(16), (0, Vec::new()));
+        assert_eq!(ring.since(99), (0, Vec::new()));
+    }
+
+    #[tokio::test]
+    async fn a_follower_gets_every_byte_once_then_the_exit() {
+        use futures::StreamExt;
+        let sandbox = SandboxId::generate();
+        let job = Job::new(record(&sandbox), None, false, 1024);
+        job.output(StdStream::Stdout, &Bytes::from_static(b"one "));
+        let mut follower = follow_job(Arc::clone(&job), [0, 0], true);
+        let feeder = {
+            let job = Arc::clone(&job);
+            tokio::spawn(async move {
+                for word in ["two ", "three"] {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    job.output(StdStream::Stdout, &Bytes::from(word));
+                }
+                job.output(StdStream::Stderr, &Bytes::from_static(b"err"));
+                job.end(ExecStatus::Exited, Some(0), chrono::Utc::now());
+            })
+        };
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let mut exit = None;
+        while let Some(item) = follower.next().await {
+            match item {
+                ExecReplay::Data {
+                    stream: StdStream::Stdout,
+                    offset,
+                    data,
+                } => {
+                    assert_eq!(offset as usize, stdout.len());
+                    stdout.extend_from_slice(&data);
+                }
+                ExecReplay::Data { data, .. } => stderr.extend_from_slice(&data),
+                ExecReplay::Lost { .. } => panic!("nothing is lost"),
+                ExecReplay::Exit { exit_code, .. } => exit = Some(exit_code),
+            }
+        }
+        feeder.await.unwrap();
+        assert_eq!(
+            (stdout.as_slice(), stderr.as_slice(), exit),
+            (&b"one two three"[..], &b"err"[..], Some(0))
+        );
+        // A late follower from an offset, without follow, ends at once.
+        let late: Vec<ExecReplay> = follow_job(job, [4, 3], false).collect().await;
+        assert_eq!(
+            late[0],
+            ExecReplay::Data {
+                stream: StdStream::Stdout,
+                offset: 4,
+                data: Bytes::from("two ")
+            }
+        );
+        assert!(matches!(
+            late.last(),
+            Some(ExecReplay::Exit { exit_code: 0, .. })
+        ));
     }
 }

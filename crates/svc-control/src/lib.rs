@@ -37,6 +37,7 @@ pub mod workers;
 pub use admission::SchedulerStats;
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
+pub use exec_jobs::ExecReplay;
 pub use files::{Download, DEFAULT_FILE_MODE};
 pub use identity::{Authenticator, Credentials};
 pub use plane::{ControlPlane, ControlPlaneParts};

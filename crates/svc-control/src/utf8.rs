@@ -41,6 +41,11 @@ impl Utf8Chunker {
         out
     }
 
+    /// Bytes held back: the start of a character whose rest has not arrived.
+    pub fn pending(&self) -> usize {
+        self.carry.len()
+    }
+
     /// What is left at the end of the stream (an incomplete character becomes U+FFFD).
     pub fn finish(&mut self) -> String {
         if self.carry.is_empty() {

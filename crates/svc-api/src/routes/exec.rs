@@ -251,8 +251,58 @@ async fn signal_exec(
     }))
 }
 
+/// `GET .../execs/{exec_id}/output` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct OutputQuery {
+    /// Byte offset in stdout to start from (default 0).
+    stdout_offset: Option<u64>,
+    /// Byte offset in stderr to start from (default 0).
+    stderr_offset: Option<u64>,
+    /// Keep streaming live output until the exec ends (default true).
+    follow: Option<bool>,
+}
+
+/// An exec's output from byte offsets, as NDJSON: `{"stream","data","offset"}` lines,
+/// `{"stream","lost":L}` when bytes before the oldest kept were asked for, live output with
+/// `follow`, and `{"stream":"exit","exit_code","duration"}` once the exec has ended.
+#[utoipa::path(get, path = "/sandboxes/{id}/execs/{exec_id}/output", tag = "exec",
+    params(("id" = String, Path, description = "Sandbox ID"),
+        ("exec_id" = String, Path, description = "Exec ID"), OutputQuery),
+    responses((status = 200, description = "NDJSON lines", content_type = "application/x-ndjson", body = String),
+        (status = 404, description = "No such sandbox or exec", body = ErrorBody)))]
+async fn exec_output(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path((id, exec_id)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<OutputQuery>,
+) -> Result<Response, ApiError> {
+    let offsets = [
+        query.stdout_offset.unwrap_or(0),
+        query.stderr_offset.unwrap_or(0),
+    ];
+    let replay = plane
+        .exec_output(
+            &principal,
+            &id,
+            &exec_id,
+            offsets,
+            query.follow.unwrap_or(true),
+        )
+        .await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        crate::stream::ndjson::replay_body(replay),
+    )
+        .into_response())
+}
+
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
+        .routes(routes!(exec_output))
         .routes(routes!(list_execs))
         .routes(routes!(get_exec, kill_exec))
         .routes(routes!(exec_stdin))

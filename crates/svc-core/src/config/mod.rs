@@ -8,6 +8,7 @@ mod auth;
 mod database;
 mod defaults;
 mod events;
+mod exec;
 mod limits;
 mod logging;
 mod pool;
@@ -21,6 +22,7 @@ pub use auth::{jwks_url_acceptable, AuthConfig, MAX_WORKER_TOKEN_TTL};
 pub use database::{DatabaseConfig, DatabaseDriver};
 pub use defaults::{DefaultsConfig, SpawnOverflow};
 pub use events::EventsConfig;
+pub use exec::ExecConfig;
 pub use limits::{RateLimitConfig, RateLimitKeyBy};
 pub use logging::{LogFormat, LogLevel, LoggingConfig};
 pub use pool::PoolConfig;
@@ -56,6 +58,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// `events.*`.
     pub events: EventsConfig,
+    /// `exec.*`.
+    pub exec: ExecConfig,
     /// `pool.*`.
     pub pool: PoolConfig,
     /// `logging.*`.
@@ -142,6 +146,7 @@ mod tests {
         assert!(!c.worker.rpc_tls.enabled);
         assert_eq!(c.worker.rpc_tls.server_name, "");
         assert_eq!(c.events.history_size, 1000);
+        assert_eq!(c.exec.output_buffer_bytes, 8_388_608);
         assert!(!c.pool.enabled);
         assert_eq!(c.pool.provider, "");
         assert_eq!(c.pool.image, "alpine:latest");

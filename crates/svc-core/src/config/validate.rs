@@ -115,6 +115,7 @@ impl Config {
             u64::try_from(self.events.history_size).unwrap_or(u64::MAX),
             "events.history_size",
         );
+        p.at_least_one(self.exec.output_buffer_bytes, "exec.output_buffer_bytes");
         self.validate_pool(&mut p);
         p.0
     }

@@ -610,3 +610,193 @@ async fn execs_are_recorded_and_running_ones_can_be_signalled_and_killed() {
     assert_eq!(slow_record["exit_code"], 124);
     server.shutdown().await;
 }
+
+/// Reads one exec's output from `offsets` until `limit` bytes of data arrived (then lets go, as
+/// a client whose connection drops) or the exit line; returns the data per stream, the new
+/// offsets and whether the exit was seen.
+async fn read_output(
+    server: &TestServer,
+    id: &str,
+    exec_id: &str,
+    offsets: [u64; 2],
+    limit: usize,
+) -> ([Vec<u8>; 2], [u64; 2], Option<Value>) {
+    let response = server
+        .client
+        .get(server.url(&format!(
+            "/sandboxes/{id}/execs/{exec_id}/output?stdout_offset={}&stderr_offset={}",
+            offsets[0], offsets[1]
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut lines = Lines {
+        stream: Box::pin(response.bytes_stream()),
+        buffer: Vec::new(),
+    };
+    let mut data = [Vec::new(), Vec::new()];
+    let mut offsets = offsets;
+    let mut received = 0;
+    while let Some(line) = lines.next().await {
+        let index = match line["stream"].as_str().unwrap() {
+            "stdout" => 0,
+            "stderr" => 1,
+            _ => return (data, offsets, Some(line)),
+        };
+        assert!(line.get("lost").is_none(), "nothing is lost here: {line}");
+        let text = line["data"].as_str().unwrap();
+        assert_eq!(
+            line["offset"], offsets[index],
+            "no byte lost or repeated: {line}"
+        );
+        data[index].extend_from_slice(text.as_bytes());
+        offsets[index] += text.len() as u64;
+        received += text.len();
+        if received >= limit {
+            break;
+        }
+    }
+    (data, offsets, None)
+}
+
+/// A client that keeps losing its connection reassembles a running command's exact output by
+/// reconnecting with the offsets it last saw (decisions §8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_replays_by_offset_across_reconnects() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let script = "i=0; while [ $i -lt 400 ]; do echo \"out $i héllo\"; echo \"err $i\" >&2; i=$((i+1)); [ $((i % 50)) = 0 ] && sleep 0.05; done";
+    let expected = |stream: &str| -> String {
+        (0..400)
+            .map(|i| match stream {
+                "out" => format!("out {i} héllo\n"),
+                _ => format!("err {i}\n"),
+            })
+            .collect()
+    };
+    for limit in [1usize, 100, 4096] {
+        // The command runs as a streamed exec whose own client stays connected.
+        let running = stream(&server, &id, json!({"command": script, "stream": true})).await;
+        let own = tokio::spawn(running.all());
+        let exec_id = server.get(&format!("/sandboxes/{id}/execs")).await.body[0]["exec_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut offsets = [0, 0];
+        let mut data = [Vec::new(), Vec::new()];
+        let mut reconnects = 0;
+        let exit = loop {
+            let (got, next, exit) = read_output(&server, &id, &exec_id, offsets, limit).await;
+            for (all, part) in data.iter_mut().zip(got) {
+                all.extend_from_slice(&part);
+            }
+            offsets = next;
+            if let Some(exit) = exit {
+                break exit;
+            }
+            reconnects += 1;
+        };
+        assert_eq!(exit["exit_code"], 0, "{exit}");
+        assert_eq!(
+            String::from_utf8(data[0].clone()).unwrap(),
+            expected("out"),
+            "limit {limit}"
+        );
+        assert_eq!(
+            String::from_utf8(data[1].clone()).unwrap(),
+            expected("err"),
+            "limit {limit}"
+        );
+        assert!(reconnects > 0, "limit {limit}: the client did reconnect");
+        own.await.unwrap();
+    }
+    server.shutdown().await;
+}
+
+/// Bytes the ring no longer holds are reported as `lost`, then the data goes on from the
+/// oldest byte kept; `follow=false` on a running exec answers what is there and ends.
+#[tokio::test]
+async fn output_beyond_the_ring_is_reported_lost() {
+    let server = TestServer::start_with(|c| c.exec.output_buffer_bytes = 1000).await;
+    let id = sandbox(&server).await;
+    let result = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "i=0; while [ $i -lt 1000 ]; do echo \"line $i\"; i=$((i+1)); done"}),
+        )
+        .await
+        .body;
+    let exec_id = result["exec_id"].as_str().unwrap();
+    let total = result["stdout"].as_str().unwrap().len() as u64;
+    let response = server
+        .client
+        .get(server.url(&format!(
+            "/sandboxes/{id}/execs/{exec_id}/output?follow=false"
+        )))
+        .send()
+        .await
+        .unwrap();
+    let lines = Lines {
+        stream: Box::pin(response.bytes_stream()),
+        buffer: Vec::new(),
+    }
+    .all()
+    .await;
+    assert_eq!(lines[0]["stream"], "stdout");
+    let lost = lines[0]["lost"].as_u64().unwrap();
+    assert!(lost > 0 && lost <= total - 1000, "lost {lost} of {total}");
+    assert_eq!(
+        lines[1]["offset"], lost,
+        "data goes on from the oldest byte kept"
+    );
+    let kept: usize = lines
+        .iter()
+        .filter(|l| l["stream"] == "stdout" && l["data"].is_string())
+        .map(|l| l["data"].as_str().unwrap().len())
+        .sum();
+    assert_eq!(lost + kept as u64, total);
+    assert!(result["stdout"]
+        .as_str()
+        .unwrap()
+        .ends_with(lines[lines.len() - 2]["data"].as_str().unwrap()));
+    assert_eq!(lines.last().unwrap()["stream"], "exit");
+
+    let running = stream(
+        &server,
+        &id,
+        json!({"command": "echo started; sleep 30", "stream": true}),
+    )
+    .await;
+    let listed = server.get(&format!("/sandboxes/{id}/execs")).await.body;
+    let running_id = listed[0]["exec_id"].as_str().unwrap().to_owned();
+    wait_for("the first line", Duration::from_secs(5), || async {
+        server
+            .get(&format!("/sandboxes/{id}/execs/{running_id}"))
+            .await
+            .body["stdout_bytes"]
+            == 8
+    })
+    .await;
+    let now = server
+        .client
+        .get(server.url(&format!(
+            "/sandboxes/{id}/execs/{running_id}/output?follow=false"
+        )))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        now,
+        "{\"stream\":\"stdout\",\"data\":\"started\\n\",\"offset\":0}\n"
+    );
+    drop(running);
+    server
+        .get(&format!("/sandboxes/{id}/execs/ex-0000000000000000/output"))
+        .await
+        .assert_error(404, "not_found");
+    server.shutdown().await;
+}

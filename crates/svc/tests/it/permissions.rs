@@ -72,6 +72,7 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("GET", "/sandboxes/{id}/execs", 'R'),
     ("GET", "/sandboxes/{id}/execs/{exec_id}", 'R'),
     ("DELETE", "/sandboxes/{id}/execs/{exec_id}", 'L'),
+    ("GET", "/sandboxes/{id}/execs/{exec_id}/output", 'R'),
     ("POST", "/sandboxes/{id}/execs/{exec_id}/stdin", 'L'),
     ("POST", "/sandboxes/{id}/execs/{exec_id}/signal", 'L'),
     ("POST", "/sandboxes/{id}/extend", 'L'),

@@ -1,0 +1,20 @@
+//! `exec.*`: what svc keeps of each exec's output for replay by offset (decisions §2, §8).
+
+use serde::{Deserialize, Serialize};
+
+/// `exec.*` keys.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecConfig {
+    /// The last bytes of each stream of each exec kept for `GET .../execs/{id}/output`; at
+    /// least 1.
+    pub output_buffer_bytes: u64,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig {
+            output_buffer_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
