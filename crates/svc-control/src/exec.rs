@@ -79,6 +79,10 @@ pub struct ExecCommand {
     /// The exec's ID when the caller must name it before the command starts (a WebSocket
     /// upgrade answers with it); otherwise one is made.
     pub exec_id: Option<ExecId>,
+    /// A background exec: no default deadline, stdin open, runs on without a caller.
+    pub background: bool,
+    /// Keep running when the caller goes away (`on_disconnect: continue`).
+    pub keep_on_disconnect: bool,
 }
 
 /// How a command ended.
@@ -121,6 +125,8 @@ pub struct RunningExec {
     deadline: Option<tokio::time::Instant>,
     timed_out: bool,
     ended: bool,
+    /// Dropped before its end, it runs on instead of being killed.
+    keep_running: bool,
 }
 
 fn event_data(exec_id: &ExecId, form: ExecForm, provider: &str) -> ExecEventData {
@@ -285,6 +291,35 @@ impl Drop for RunningExec {
         if self.ended {
             return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.keep_running {
+            // The caller went away from a command that runs on: it is driven to its end here,
+            // its output kept for replay.
+            let mut detached = RunningExec {
+                exec_id: self.exec_id.clone(),
+                job: Arc::clone(&self.job),
+                plane: self.plane.clone(),
+                sandbox_id: self.sandbox_id.clone(),
+                tenant_id: self.tenant_id.clone(),
+                provider: self.provider,
+                form: self.form,
+                output: self.output.take(),
+                exit: self.exit.take(),
+                status: self.status.take(),
+                control: Arc::clone(&self.control),
+                started: self.started,
+                timeout: self.timeout,
+                deadline: self.deadline,
+                timed_out: self.timed_out,
+                ended: false,
+                keep_running: true,
+            };
+            self.ended = true;
+            runtime.spawn(async move { while detached.next().await.is_some() {} });
+            return;
+        }
         // The caller went away: end the command, and record how it ended (no exec.timeout).
         let control = Arc::clone(&self.control);
         let exit = self.exit.take();
@@ -295,9 +330,6 @@ impl Drop for RunningExec {
         let job = Arc::clone(&self.job);
         let started = self.started;
         let (operation, provider) = (self.form.metric(), self.provider);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         runtime.spawn(async move {
             let _ = control.kill().await;
             let exit_code = match exit {
@@ -382,10 +414,14 @@ impl ControlPlane {
             .map(|w| SandboxPath::parse(w).map_err(|e| Error::invalid("workdir", e.to_string())))
             .transpose()?;
         let sandbox = self.running_sandbox(principal, id).await?;
-        let timeout = self
-            .exec_deadline(&sandbox.owner_id, command.timeout)
-            .await
-            .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?;
+        let timeout = if command.background && command.timeout.is_none_or(|t| t.is_zero()) {
+            // A background exec has no default deadline; an explicit one is still capped.
+            None
+        } else {
+            self.exec_deadline(&sandbox.owner_id, command.timeout)
+                .await
+                .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?
+        };
         let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
         let exec_id = command.exec_id.clone().unwrap_or_else(ExecId::generate);
         let record = ExecRecord {
@@ -393,7 +429,7 @@ impl ControlPlane {
             sandbox_id: sandbox.id.clone(),
             command: command.command.clone(),
             args: command.args.clone(),
-            background: false,
+            background: command.background,
             status: ExecStatus::Running,
             exit_code: None,
             started_at: self.clock().now(),
@@ -401,7 +437,8 @@ impl ControlPlane {
             stdout_bytes: 0,
             stderr_bytes: 0,
         };
-        let stdin = command.stdin;
+        let stdin = command.stdin || command.background;
+        let keep_running = command.background || command.keep_on_disconnect;
         let argv = match command.args {
             Some(args) => std::iter::once(command.command).chain(args).collect(),
             None => vec!["/bin/sh".to_owned(), "-c".to_owned(), command.command],
@@ -413,7 +450,7 @@ impl ControlPlane {
             env,
             workdir,
             tty: command.tty,
-            stdin: command.stdin,
+            stdin,
             user: None,
         };
         let data = event_data(&exec_id, form, provider.name());
@@ -469,7 +506,28 @@ impl ControlPlane {
             deadline: timeout.map(|t| tokio::time::Instant::now() + t),
             timed_out: false,
             ended: false,
+            keep_running,
         })
+    }
+
+    /// `POST /exec` with `background: true`: starts the command and answers at once; it runs
+    /// until it exits, its own deadline, a kill or the end of the sandbox.
+    pub async fn exec_background(
+        &self,
+        principal: &Principal,
+        id: &str,
+        command: ExecCommand,
+    ) -> Result<ExecId, Error> {
+        let command = ExecCommand {
+            background: true,
+            ..command
+        };
+        let mut running = self
+            .start_exec(principal, id, command, ExecForm::Buffered)
+            .await?;
+        let exec_id = running.exec_id.clone();
+        tokio::spawn(async move { while running.next().await.is_some() {} });
+        Ok(exec_id)
     }
 
     /// Buffered exec: runs to the end and returns everything captured (up to
@@ -588,6 +646,7 @@ mod tests {
             deadline: Some(tokio::time::Instant::now() + timeout),
             timed_out: false,
             ended: false,
+            keep_running: false,
         };
         let begun = tokio::time::Instant::now();
         match running.next().await {

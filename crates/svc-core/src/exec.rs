@@ -31,6 +31,30 @@ pub struct ExecRequest {
     pub timeout: Option<GoDuration>,
     /// Stream output as NDJSON instead of one buffered result.
     pub stream: bool,
+    /// Answer 202 at once and let the command run on (no default deadline).
+    pub background: bool,
+    /// What a streamed exec does when its client goes away: `kill` (default) or `continue`.
+    pub on_disconnect: Option<OnDisconnect>,
+}
+
+/// What a streamed exec does when its client goes away.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDisconnect {
+    /// The command is killed.
+    #[default]
+    Kill,
+    /// The command runs on as a background exec.
+    Continue,
+}
+
+/// `202` answer of a background exec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExecStarted {
+    /// Its ID.
+    pub exec_id: crate::ExecId,
+    /// Always `running`.
+    pub status: ExecStatus,
 }
 
 /// The buffered exec result.

@@ -5,12 +5,12 @@
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use svc_control::{ControlPlane, ExecCommand, ExecForm};
-use svc_core::exec::{ExecRecord, ExecRequest, ExecResult};
+use svc_core::exec::{ExecRecord, ExecRequest, ExecResult, ExecStarted, ExecStatus, OnDisconnect};
 use svc_core::Error;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -35,6 +35,8 @@ pub(crate) fn exec_command(request: ExecRequest) -> ExecCommand {
         tty: None,
         stdin: false,
         exec_id: None,
+        background: request.background,
+        keep_on_disconnect: request.on_disconnect == Some(OnDisconnect::Continue),
     }
 }
 
@@ -47,6 +49,7 @@ pub(crate) fn exec_command(request: ExecRequest) -> ExecCommand {
     responses(
         (status = 200, description = "Buffered result, or an NDJSON stream when `stream` is true",
             content((ExecResult = "application/json"), (String = "application/x-ndjson"))),
+        (status = 202, description = "A background exec started", body = ExecStarted),
         (status = 400, description = "Invalid request", body = ErrorBody),
         (status = 404, description = "No such sandbox", body = ErrorBody),
         (status = 409, description = "Sandbox destroyed", body = ErrorBody),
@@ -58,6 +61,26 @@ async fn exec(
     ApiJson(request): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
     let stream = request.stream;
+    if request.background {
+        if stream {
+            return Err(Error::invalid(
+                "background",
+                "a background exec answers at once; its output is read from /execs/{exec_id}/output, so it cannot also stream",
+            )
+            .into());
+        }
+        let exec_id = plane
+            .exec_background(&principal, &id, exec_command(request))
+            .await?;
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(ExecStarted {
+                exec_id,
+                status: ExecStatus::Running,
+            }),
+        )
+            .into_response());
+    }
     let command = exec_command(request);
     if !stream {
         let result = plane.exec_buffered(&principal, &id, command).await?;

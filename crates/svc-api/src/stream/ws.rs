@@ -136,6 +136,8 @@ pub(crate) async fn session(
         tty,
         stdin: true,
         exec_id: Some(exec_id),
+        background: false,
+        keep_on_disconnect: false,
     };
     let mut running = match plane
         .start_exec(&principal, &id, command, ExecForm::Interactive)

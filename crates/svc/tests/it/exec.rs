@@ -800,3 +800,150 @@ async fn output_beyond_the_ring_is_reported_lost() {
         .assert_error(404, "not_found");
     server.shutdown().await;
 }
+
+/// The output of an exec, whole, once it has ended (`follow=false` after waiting).
+async fn ended_output(server: &TestServer, id: &str, exec_id: &str) -> String {
+    wait_for("the exec to end", Duration::from_secs(10), || async {
+        server
+            .get(&format!("/sandboxes/{id}/execs/{exec_id}"))
+            .await
+            .body["status"]
+            != "running"
+    })
+    .await;
+    let (data, _, exit) = read_output(server, id, exec_id, [0, 0], usize::MAX).await;
+    assert!(exit.is_some(), "an ended exec's replay ends with its exit");
+    String::from_utf8(data[0].clone()).unwrap()
+}
+
+/// Starts a background exec; its ID.
+async fn background(server: &TestServer, id: &str, body: Value) -> String {
+    let reply = server.post(&format!("/sandboxes/{id}/exec"), body).await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    reply.body["exec_id"].as_str().unwrap().to_owned()
+}
+
+/// `background: true` answers 202 at once and the command runs on, with stdin, signals and
+/// kill through the exec routes; a streamed exec with `on_disconnect: continue` outlives its
+/// client (decisions §8).
+#[tokio::test]
+async fn background_execs_and_streams_that_continue_outlive_their_clients() {
+    let server = TestServer::start_with(|c| {
+        c.defaults.default_exec_timeout = GoDuration::from_millis(300);
+    })
+    .await;
+    let id = sandbox(&server).await;
+    let execs = format!("/sandboxes/{id}/execs");
+    // Longer than the default deadline: background execs have none.
+    let started = Instant::now();
+    let reply = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "sleep 0.6; echo done", "background": true}),
+        )
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "answered at once"
+    );
+    assert_eq!(reply.body["status"], "running");
+    let exec_id = reply.body["exec_id"].as_str().unwrap().to_owned();
+    assert!(is_exec_id(&exec_id));
+    let record = server.get(&format!("{execs}/{exec_id}")).await.body;
+    assert_eq!(
+        (record["background"].clone(), record["status"].clone()),
+        (json!(true), json!("running"))
+    );
+    assert_eq!(ended_output(&server, &id, &exec_id).await, "done\n");
+    let record = server.get(&format!("{execs}/{exec_id}")).await.body;
+    assert_eq!(
+        (record["status"].clone(), record["exit_code"].clone()),
+        (json!("exited"), json!(0))
+    );
+
+    // Its stdin is open: the stdin route feeds it.
+    let reading = background(
+        &server,
+        &id,
+        json!({"command": "read line; echo \"got $line\"", "background": true}),
+    )
+    .await;
+    let sent = server
+        .post(
+            &format!("{execs}/{reading}/stdin"),
+            json!({"data": "hello\n", "eof": true}),
+        )
+        .await;
+    assert_eq!(sent.body, json!({"status": "sent"}));
+    assert_eq!(ended_output(&server, &id, &reading).await, "got hello\n");
+
+    // An explicit deadline still applies; a kill ends one that would run for long.
+    let capped = background(
+        &server,
+        &id,
+        json!({"command": "sleep 30", "background": true, "timeout": "200ms"}),
+    )
+    .await;
+    let long = background(
+        &server,
+        &id,
+        json!({"command": "sleep 30", "background": true}),
+    )
+    .await;
+    assert_eq!(
+        server.delete(&format!("{execs}/{long}")).await.body,
+        json!({"status": "killed"})
+    );
+    ended_output(&server, &id, &long).await;
+    ended_output(&server, &id, &capped).await;
+    assert_eq!(
+        server.get(&format!("{execs}/{long}")).await.body["status"],
+        "killed"
+    );
+    let capped = server.get(&format!("{execs}/{capped}")).await.body;
+    assert_eq!(
+        (capped["status"].clone(), capped["exit_code"].clone()),
+        (json!("timed_out"), json!(124))
+    );
+
+    // A streamed exec whose client leaves: killed by default, run on with `continue`.
+    for (on_disconnect, command, status, output) in [
+        ("kill", "sleep 30; echo after", "killed", ""),
+        ("continue", "sleep 0.2; echo after", "exited", "after\n"),
+    ] {
+        let body = json!({
+            "command": command,
+            "stream": true,
+            "on_disconnect": on_disconnect,
+            "timeout": "5s",
+        });
+        let response = server
+            .client
+            .post(server.url(&format!("/sandboxes/{id}/exec")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let exec_id = response.headers()["x-exec-id"].to_str().unwrap().to_owned();
+        drop(response);
+        assert_eq!(
+            ended_output(&server, &id, &exec_id).await,
+            output,
+            "{on_disconnect}"
+        );
+        assert_eq!(
+            server.get(&format!("{execs}/{exec_id}")).await.body["status"],
+            status,
+            "{on_disconnect}"
+        );
+    }
+    server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "true", "background": true, "stream": true}),
+        )
+        .await
+        .assert_error(400, "bad_request");
+    server.shutdown().await;
+}
