@@ -194,8 +194,17 @@ impl Job {
     /// exit when the exec has ended. The status is read before the output, and output is
     /// always kept before the end is recorded, so an ended exec's replay is complete.
     fn replay(&self, offsets: &mut [u64; 2]) -> (Vec<ExecReplay>, bool) {
-        let record = self.snapshot();
-        let ended = record.status != ExecStatus::Running;
+        // Only what the exit line needs: a follower wakes on every chunk.
+        let (status, exit_code, started_at, ended_at) = {
+            let record = self.lock();
+            (
+                record.status,
+                record.exit_code,
+                record.started_at,
+                record.ended_at,
+            )
+        };
+        let ended = status != ExecStatus::Running;
         let mut items = Vec::new();
         let rings = self.rings();
         for stream in [StdStream::Stdout, StdStream::Stderr] {
@@ -219,14 +228,11 @@ impl Job {
         }
         drop(rings);
         if ended {
-            let duration = record
-                .ended_at
-                .map(|end| (end - record.started_at).to_std().unwrap_or_default())
+            let duration = ended_at
+                .map(|end| (end - started_at).to_std().unwrap_or_default())
                 .unwrap_or_default();
             items.push(ExecReplay::Exit {
-                exit_code: record
-                    .exit_code
-                    .unwrap_or(svc_core::exec::UNKNOWN_EXIT_CODE),
+                exit_code: exit_code.unwrap_or(svc_core::exec::UNKNOWN_EXIT_CODE),
                 duration,
             });
         }

@@ -227,7 +227,7 @@ impl ControlPlane {
             .image
             .or_else(|| template.as_ref().map(|t| t.image.clone()))
             .unwrap_or_else(|| defaults.image.clone());
-        let image_kind = check_image(&image)?;
+        check_image(&image)?;
         let default_memory = template
             .as_ref()
             .map_or(u32::try_from(defaults.memory_mb).unwrap_or(u32::MAX), |t| {
@@ -275,7 +275,7 @@ impl ControlPlane {
             }
             None => (provider_name, image),
         };
-        let image_kind = check_image(&image).map_or(image_kind, |kind| kind);
+        let image_kind = check_image(&image)?;
         let placement = self.place(provider_name.as_deref()).await?;
         if let Placement::Local(provider) = &placement {
             check_image_for(&image, image_kind, provider.as_ref())?;

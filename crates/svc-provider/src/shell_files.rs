@@ -84,12 +84,57 @@ pub struct ShellFiles<'a> {
     provider: &'a dyn Provider,
     id: &'a SandboxId,
     user: Option<ExecUser>,
+    workdir: Option<SandboxPath>,
+}
+
+/// What a script printed, and how it ended.
+#[derive(Debug)]
+pub struct ScriptOutput {
+    /// Its exit code.
+    pub code: i32,
+    /// Everything on stdout.
+    pub stdout: Vec<u8>,
+    /// The start of stderr (at most 4 KiB).
+    pub stderr: Vec<u8>,
 }
 
 impl<'a> ShellFiles<'a> {
     /// Operations in `id` as `user`.
     pub fn new(provider: &'a dyn Provider, id: &'a SandboxId, user: Option<ExecUser>) -> Self {
-        ShellFiles { provider, id, user }
+        ShellFiles {
+            provider,
+            id,
+            user,
+            workdir: None,
+        }
+    }
+
+    /// Scripts run in `workdir` instead of the user's default directory.
+    pub fn in_dir(self, workdir: SandboxPath) -> Self {
+        ShellFiles {
+            workdir: Some(workdir),
+            ..self
+        }
+    }
+
+    /// Runs `body` with `args` as `$1`... to its end.
+    pub async fn script(&self, body: &str, args: &[&str]) -> Result<ScriptOutput, ProviderError> {
+        let ExecSession {
+            mut output, exit, ..
+        } = self.start(body, args, false).await?;
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(chunk) = output.next().await {
+            let chunk = chunk?;
+            match chunk.stream {
+                StdStream::Stdout => stdout.extend_from_slice(&chunk.data),
+                StdStream::Stderr => keep_stderr(&mut stderr, &chunk),
+            }
+        }
+        Ok(ScriptOutput {
+            code: exit.await?.code,
+            stdout,
+            stderr,
+        })
     }
 
     async fn start(
@@ -111,7 +156,7 @@ impl<'a> ShellFiles<'a> {
                 ExecSpec {
                     argv,
                     env: std::collections::BTreeMap::new(),
-                    workdir: None,
+                    workdir: self.workdir.clone(),
                     tty: None,
                     stdin,
                     user: self.user.clone(),
@@ -127,20 +172,10 @@ impl<'a> ShellFiles<'a> {
         body: &str,
         args: &[&str],
     ) -> Result<Vec<u8>, ProviderError> {
-        let ExecSession {
-            mut output, exit, ..
-        } = self.start(body, args, false).await?;
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        while let Some(chunk) = output.next().await {
-            let chunk = chunk?;
-            match chunk.stream {
-                StdStream::Stdout => stdout.extend_from_slice(&chunk.data),
-                StdStream::Stderr => keep_stderr(&mut stderr, &chunk),
-            }
-        }
-        match exit.await?.code {
-            0 => Ok(stdout),
-            code => Err(script_error(path, code, &stderr)),
+        let out = self.script(body, args).await?;
+        match out.code {
+            0 => Ok(out.stdout),
+            code => Err(script_error(path, code, &out.stderr)),
         }
     }
 

@@ -20,13 +20,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde::Serialize;
 use svc_core::config::PoolConfig;
 use svc_core::{Capability, Clock, Error, SandboxId};
+use svc_provider::shell_files::ShellFiles;
 use svc_provider::{
-    ExecSpec, ExecUser, Provider, ProviderError, SpawnSpec, StdStream, LABEL_INSTALLATION,
-    LABEL_MANAGED, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_WORKER,
+    ExecUser, Provider, ProviderError, SpawnSpec, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_POOL,
+    LABEL_SANDBOX_ID, LABEL_WORKER,
 };
 use svc_store::Store;
 use tokio::sync::OnceCell;
@@ -35,8 +35,6 @@ use seats::{Refusal, Seat, Seats};
 
 /// Value of [`LABEL_POOL`] on pool VMs.
 const POOL_VM: &str = "vm";
-/// Output a workspace script may print before it is cut off.
-const SCRIPT_OUTPUT_LIMIT: usize = 64 * 1024;
 
 /// `GET /pool/status` (interface Pool status).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -285,49 +283,19 @@ impl Pool {
         script: &str,
         args: &[&str],
     ) -> Result<(i32, String), ProviderError> {
-        let mut argv = vec![
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            script.to_owned(),
-            "svc-pool".to_owned(),
-        ];
-        argv.extend(args.iter().map(|a| (*a).to_owned()));
         let root = self.switches_users().then(|| ExecUser {
             uid: 0,
             gid: 0,
             home: svc_core::path::SandboxPath::root(),
         });
-        let session = self
-            .inner
-            .exec(
-                vm,
-                ExecSpec {
-                    argv,
-                    env: BTreeMap::new(),
-                    workdir: Some(svc_core::path::SandboxPath::root()),
-                    tty: None,
-                    stdin: false,
-                    user: root,
-                },
-            )
+        let out = ShellFiles::new(self.inner.as_ref(), vm, root)
+            .in_dir(svc_core::path::SandboxPath::root())
+            .script(script, args)
             .await?;
-        let mut output = session.output;
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        while let Some(chunk) = output.next().await {
-            let chunk = chunk?;
-            let sink = match chunk.stream {
-                StdStream::Stdout => &mut stdout,
-                StdStream::Stderr => &mut stderr,
-            };
-            if sink.len() < SCRIPT_OUTPUT_LIMIT {
-                sink.extend_from_slice(&chunk.data);
-            }
+        if out.code != 0 && !out.stderr.is_empty() {
+            tracing::debug!(vm = %vm, code = out.code, stderr = %String::from_utf8_lossy(&out.stderr), "pool script failed");
         }
-        let code = session.exit.await?.code;
-        if code != 0 && !stderr.is_empty() {
-            tracing::debug!(vm = %vm, code, stderr = %String::from_utf8_lossy(&stderr), "pool script failed");
-        }
-        Ok((code, String::from_utf8_lossy(&stdout).into_owned()))
+        Ok((out.code, String::from_utf8_lossy(&out.stdout).into_owned()))
     }
 
     /// Runs a script that must succeed.
