@@ -98,6 +98,7 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("POST", "/sandboxes/{id}/extend", Extend),
         ("GET", "/sandboxes/{id}/files", ReadFiles),
         ("POST", "/sandboxes/{id}/files", WriteFiles),
+        ("PUT", "/sandboxes/{id}/files", WriteFiles),
         ("DELETE", "/sandboxes/{id}/files", WriteFiles),
         ("POST", "/sandboxes/{id}/files/chmod", WriteFiles),
         ("GET", "/sandboxes/{id}/files/glob", ReadFiles),

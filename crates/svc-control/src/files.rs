@@ -9,7 +9,7 @@ use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::range::RangeAnswer;
 use svc_core::{Capability, Error, SandboxId};
-use svc_provider::{ByteStream, FileInfo, Provider, ProviderError};
+use svc_provider::{ByteStream, FileInfo, Provider, ProviderError, Upload};
 
 use crate::{ControlPlane, Principal};
 
@@ -101,6 +101,79 @@ fn slice(stream: ByteStream, skip: u64, len: u64) -> ByteStream {
     Box::pin(chunks)
 }
 
+/// Watches a streamed upload's body: counts its bytes, cuts it at `server.max_upload_bytes`, and
+/// tells a provider's failure apart from the client's (a body over the limit is 413; a body the
+/// client broke off is 400, whatever the provider made of it).
+struct UploadMeter {
+    limit: u64,
+    state: std::sync::Arc<std::sync::Mutex<UploadState>>,
+}
+
+#[derive(Default)]
+struct UploadState {
+    bytes: u64,
+    over_limit: bool,
+    broken: Option<String>,
+}
+
+impl UploadMeter {
+    /// Refuses at once a body whose announced `length` is over `limit` (`0`: none).
+    fn new(limit: u64, length: Option<u64>) -> Result<Self, Error> {
+        if limit > 0 && length.is_some_and(|length| length > limit) {
+            return Err(Error::UploadTooLarge { limit_bytes: limit });
+        }
+        Ok(UploadMeter {
+            limit,
+            state: std::sync::Arc::default(),
+        })
+    }
+
+    fn watch(&self, body: ByteStream) -> ByteStream {
+        use futures::StreamExt;
+        let state = std::sync::Arc::clone(&self.state);
+        let limit = self.limit;
+        Box::pin(body.map(move |chunk| {
+            let mut state = state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match chunk {
+                Ok(chunk) => {
+                    state.bytes += chunk.len() as u64;
+                    if limit > 0 && state.bytes > limit {
+                        state.over_limit = true;
+                        return Err(ProviderError::failed("the upload is over its limit"));
+                    }
+                    Ok(chunk)
+                }
+                Err(err) => {
+                    state.broken = Some(err.to_string());
+                    Err(err)
+                }
+            }
+        }))
+    }
+
+    /// The size written, or why not.
+    fn finish(&self, written: Result<(), Error>) -> Result<u64, Error> {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.over_limit {
+            return Err(Error::UploadTooLarge {
+                limit_bytes: self.limit,
+            });
+        }
+        if let Some(broken) = &state.broken {
+            return Err(Error::invalid(
+                "body",
+                format!("the upload broke off after {} bytes: {broken}", state.bytes),
+            ));
+        }
+        written.map(|()| state.bytes)
+    }
+}
+
 /// The running sandbox a file operation acts on.
 struct FileTarget {
     id: SandboxId,
@@ -165,9 +238,8 @@ impl ControlPlane {
             provider,
         } = self.file_target(principal, id).await?;
         let size = bytes.len() as u64;
-        let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
         provider
-            .write_file(&sandbox_id, &path, mode, stream)
+            .write_file(&sandbox_id, &path, mode, Upload::bytes(bytes))
             .await
             .map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e))?;
         self.events().publish_in(
@@ -176,6 +248,42 @@ impl ControlPlane {
             EventPayload::FileWritten(file_data(&path, Some(size))),
         );
         Ok(())
+    }
+
+    /// `PUT /files`: streams `body` (`length` bytes when the client announced it) into the file
+    /// at `path`, which changes only once every byte has arrived; answers the size written.
+    pub async fn upload_file(
+        &self,
+        principal: &Principal,
+        id: &str,
+        path: &str,
+        mode: Option<&str>,
+        body: ByteStream,
+        length: Option<u64>,
+    ) -> Result<u64, Error> {
+        self.authorize(principal, Action::WriteFiles)?;
+        let path = non_root_path("path", path, "/ is a directory and cannot be written")?;
+        let mode = match mode {
+            Some(mode) => parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
+            None => DEFAULT_FILE_MODE,
+        };
+        let meter = UploadMeter::new(self.config().server.max_upload_bytes, length)?;
+        let FileTarget {
+            id: sandbox_id,
+            tenant_id,
+            provider,
+        } = self.file_target(principal, id).await?;
+        let upload = Upload::stream(meter.watch(body), length);
+        let written = provider.write_file(&sandbox_id, &path, mode, upload).await;
+        let size = meter.finish(
+            written.map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e)),
+        )?;
+        self.events().publish_in(
+            &tenant_id,
+            Some(&sandbox_id),
+            EventPayload::FileWritten(file_data(&path, Some(size))),
+        );
+        Ok(size)
     }
 
     /// `GET /files`: the file's bytes as a stream, or the part a `Range` header names.

@@ -51,5 +51,7 @@ pub use sandboxes::ListSandboxes;
 pub use svc_core::access::{Action, Role};
 pub use svc_provider::SandboxStats;
 pub use svc_provider::SnapshotInfo;
-pub use svc_provider::{ExecControl, FileInfo, Signal, StdStream, TtySize};
+pub use svc_provider::{
+    ByteStream, ExecControl, FileInfo, ProviderError, Signal, StdStream, TtySize,
+};
 pub use utf8::Utf8Chunker;

@@ -326,6 +326,12 @@ pub enum Error {
         /// The limit.
         limit_bytes: u64,
     },
+    /// A streamed upload is larger than `server.max_upload_bytes`.
+    #[error("the upload is larger than server.max_upload_bytes ({limit_bytes} bytes)")]
+    UploadTooLarge {
+        /// The limit.
+        limit_bytes: u64,
+    },
     /// The route exists, the method does not.
     #[error("method {method} is not allowed on {}", echo(path))]
     MethodNotAllowed {
@@ -368,7 +374,9 @@ impl Error {
             | Error::StoreUnavailable { .. }
             | Error::PoolFull { .. }
             | Error::NotConfigured { .. } => ErrorKind::Unavailable,
-            Error::PayloadTooLarge { .. } => ErrorKind::PayloadTooLarge,
+            Error::PayloadTooLarge { .. } | Error::UploadTooLarge { .. } => {
+                ErrorKind::PayloadTooLarge
+            }
             Error::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             Error::Internal { .. } => ErrorKind::Internal,
         }

@@ -94,6 +94,23 @@ impl NonRootPath {
     }
 }
 
+impl NonRootPath {
+    /// A fresh hidden name beside this path for an upload in progress, renamed over it once
+    /// complete, so a reader never sees half a file and a failed upload leaves the old one.
+    pub fn upload_sibling(&self) -> NonRootPath {
+        use rand::Rng;
+        let suffix: u64 = rand::rng().random();
+        let name = format!(".{}.svc-upload-{suffix:016x}", self.file_name());
+        let parent = self.parent();
+        let joined = if parent.is_root() {
+            format!("/{name}")
+        } else {
+            format!("{parent}/{name}")
+        };
+        NonRootPath(SandboxPath(joined))
+    }
+}
+
 impl std::ops::Deref for NonRootPath {
     type Target = SandboxPath;
 

@@ -20,7 +20,7 @@ pub use exec::{
     ExecChunk, ExecControl, ExecSession, ExecSpec, ExecUser, ExitStatus, OutputStream, Signal,
     StdStream, TtySize,
 };
-pub use files::{ByteStream, FileInfo};
+pub use files::{ByteStream, FileInfo, Upload};
 pub use provider::{
     Provider, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
     LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_TENANT,

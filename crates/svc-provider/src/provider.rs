@@ -7,7 +7,7 @@ use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId, Timestamp};
 
-use crate::{ByteStream, ExecSession, ExecSpec, FileInfo, ProviderError};
+use crate::{ByteStream, ExecSession, ExecSpec, FileInfo, ProviderError, Upload};
 
 /// Label marking a runtime as svc's.
 pub const LABEL_MANAGED: &str = "dev.svc.managed";
@@ -204,7 +204,7 @@ pub trait Provider: Send + Sync + 'static {
         _id: &SandboxId,
         _path: &NonRootPath,
         _mode: u32,
-        _content: ByteStream,
+        _content: Upload,
     ) -> Result<(), ProviderError> {
         Err(ProviderError::Unsupported { op: "write_file" })
     }

@@ -24,7 +24,7 @@ use svc_provider::docker::DockerProvider;
 use svc_provider::mock::MockProvider;
 use svc_provider::{
     ByteStream, ExecSession, ExecSpec, Provider, ProviderError, Signal, SpawnSpec, StdStream,
-    TtySize,
+    TtySize, Upload,
 };
 
 /// A backend under test and what keeps it alive.
@@ -186,10 +186,13 @@ impl Sandbox {
     }
 
     async fn write(&self, path: &str, content: &[u8], mode: u32) -> Result<(), ProviderError> {
-        let bytes = Bytes::copy_from_slice(content);
-        let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(bytes) }));
         self.p()
-            .write_file(&self.id, &target(path), mode, stream)
+            .write_file(
+                &self.id,
+                &target(path),
+                mode,
+                Upload::bytes(Bytes::copy_from_slice(content)),
+            )
             .await
     }
 
@@ -505,6 +508,62 @@ async fn binary_files_round_trip(sb: &Sandbox) {
     assert_eq!(sb.read("/data/bin.dat").await.unwrap(), b"short");
 }
 
+/// `len` bytes of a known pattern in 64 KiB chunks, failing after `fail_after` bytes if given.
+fn chunked(len: usize, fail_after: Option<usize>) -> (Vec<u8>, ByteStream) {
+    let all: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+    let mut chunks: Vec<Result<Bytes, ProviderError>> = all
+        .chunks(64 * 1024)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    if let Some(after) = fail_after {
+        chunks.truncate(after / (64 * 1024));
+        chunks.push(Err(ProviderError::failed("the client went away")));
+    }
+    (all, Box::pin(futures::stream::iter(chunks)))
+}
+
+async fn streamed_uploads_are_whole_or_nothing(sb: &Sandbox) {
+    if !needs(sb.p(), Capability::Files) {
+        return;
+    }
+    let big = target("/up/big.bin");
+    let upload = |stream, size| {
+        sb.p()
+            .write_file(&sb.id, &big, 0o640, Upload::stream(stream, size))
+    };
+    // Announced size (a Content-Length) and unknown size (chunked) both arrive whole.
+    for announced in [true, false] {
+        let (all, stream) = chunked(5 << 20, None);
+        let size = announced.then_some(all.len() as u64);
+        upload(stream, size).await.unwrap();
+        assert_eq!(
+            sb.read("/up/big.bin").await.unwrap(),
+            all,
+            "announced {announced}"
+        );
+        let info = sb.p().stat(&sb.id, &path_of("/up/big.bin")).await.unwrap();
+        assert_eq!((info.size, info.mode), (5 << 20, 0o640));
+    }
+    sb.write("/up/big.bin", b"old", 0o644).await.unwrap();
+    // A stream that fails, and one shorter than announced, leave the old file and nothing else.
+    let (_, failing) = chunked(4 << 20, Some(3 << 20));
+    assert!(upload(failing, Some(4 << 20)).await.is_err());
+    let (_, short) = chunked(2 << 20, None);
+    assert!(upload(short, Some(4 << 20)).await.is_err());
+    let (_, unsized_failing) = chunked(3 << 20, Some(2 << 20));
+    assert!(upload(unsized_failing, None).await.is_err());
+    assert_eq!(sb.read("/up/big.bin").await.unwrap(), b"old");
+    let names: Vec<String> = sb
+        .p()
+        .list_dir(&sb.id, &path_of("/up"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| f.name)
+        .collect();
+    assert_eq!(names, ["big.bin"], "no partial upload is left behind");
+}
+
 async fn unicode_names(sb: &Sandbox) {
     if !needs(sb.p(), Capability::Files) {
         return;
@@ -776,6 +835,7 @@ macro_rules! all_cases {
     kill_after_output_keeps_what_was_captured,
     tty_merges_output_and_resizes,
     binary_files_round_trip,
+    streamed_uploads_are_whole_or_nothing,
     unicode_names,
     listing_is_sorted_with_modes,
     delete_rules,

@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use svc_control::{ControlPlane, FileInfo};
 use svc_core::range::RangeAnswer;
 use utoipa_axum::router::OpenApiRouter;
@@ -76,6 +76,25 @@ struct PathQuery {
     path: Option<String>,
 }
 
+/// `PUT /files` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct UploadQuery {
+    /// Absolute path inside the sandbox; parent directories are created.
+    path: Option<String>,
+    /// Octal permission bits (default `0644`).
+    mode: Option<String>,
+}
+
+/// `PUT /files` answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Written {
+    /// `written`.
+    status: &'static str,
+    /// Bytes written.
+    size: u64,
+}
+
 /// `DELETE /files` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -129,6 +148,59 @@ async fn write(
         )
         .await?;
     Ok(Json(StatusBody { status: "written" }))
+}
+
+/// The request body as a stream of chunks, never held whole.
+pub(crate) fn body_stream(body: Body) -> svc_control::ByteStream {
+    use futures::StreamExt;
+    Box::pin(body.into_data_stream().map(|chunk| {
+        chunk.map_err(|e| {
+            svc_control::ProviderError::failed(format!("reading the request body: {e}"))
+        })
+    }))
+}
+
+/// The body's announced length, when it has one.
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+}
+
+/// Writes a file from the raw request body, streamed: any size (up to
+/// `server.max_upload_bytes`, not `server.max_body_bytes`), and the file at `path` changes only
+/// once the whole body has arrived.
+#[utoipa::path(put, path = "/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), UploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's bytes (any content type)"),
+    responses((status = 200, description = "`{\"status\": \"written\", \"size\": N}`", body = Written),
+        (status = 400, description = "Invalid path or mode, or the body broke off", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 413, description = "Over `server.max_upload_bytes`; nothing was written", body = ErrorBody)))]
+async fn upload(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<UploadQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Written>, ApiError> {
+    let path = required(query.path, "path")?;
+    let size = plane
+        .upload_file(
+            &principal,
+            &id,
+            &path,
+            query.mode.as_deref(),
+            body_stream(body),
+            content_length(&headers),
+        )
+        .await?;
+    Ok(Json(Written {
+        status: "written",
+        size,
+    }))
 }
 
 /// Reads a file's raw bytes (streamed); `Range: bytes=a-b` (or `a-`, `-n`) answers 206 with
@@ -293,7 +365,7 @@ async fn glob(
 
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
-        .routes(routes!(write, read, delete))
+        .routes(routes!(write, read, upload, delete))
         .routes(routes!(list))
         .routes(routes!(move_file))
         .routes(routes!(chmod))

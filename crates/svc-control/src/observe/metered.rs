@@ -12,7 +12,7 @@ use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 use svc_provider::{
     ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeFailure,
-    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
+    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, Upload,
 };
 
 use super::operations::OperationMetrics;
@@ -113,7 +113,7 @@ impl Provider for Metered {
         id: &SandboxId,
         path: &NonRootPath,
         mode: u32,
-        content: ByteStream,
+        content: Upload,
     ) -> Result<(), ProviderError> {
         self.measure("write_file", self.inner.write_file(id, path, mode, content))
             .await

@@ -8,7 +8,7 @@ use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 use svc_provider::{
     ByteStream, ExecSession, ExecSpec, ExecUser, FileInfo, Provider, ProviderError, RuntimeFailure,
-    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, LABEL_POOL,
+    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, Upload, LABEL_POOL,
 };
 
 use svc_provider::shell_files::ShellFiles;
@@ -398,7 +398,7 @@ impl Provider for Pool {
         id: &SandboxId,
         path: &NonRootPath,
         mode: u32,
-        content: ByteStream,
+        content: Upload,
     ) -> Result<(), ProviderError> {
         let Some(place) = self.logical(id).await? else {
             return self.inner.write_file(id, path, mode, content).await;
@@ -406,7 +406,7 @@ impl Provider for Pool {
         if let Some(files) = self.user_files(&place) {
             workspace::confine(&place.workspace, path)?;
             workspace::non_root_in(&place.workspace, (**path).clone())?;
-            return files.write(path, mode, content).await;
+            return files.write(path, mode, content.stream).await;
         }
         let real = self.real_file(&place, path).await?;
         self.inner

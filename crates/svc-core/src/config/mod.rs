@@ -82,6 +82,7 @@ mod tests {
         assert_eq!(c.server.cors_allowed_origins, vec!["*".to_owned()]);
         assert_eq!(c.server.shutdown_timeout, GoDuration::from_secs(10));
         assert_eq!(c.server.max_body_bytes, 67_108_864);
+        assert_eq!(c.server.max_upload_bytes, 0);
         assert_eq!(c.database.driver, DatabaseDriver::Sqlite);
         assert_eq!(c.database.path, "svc.db");
         assert!(c.database.dsn.is_empty());

@@ -23,6 +23,9 @@ pub struct ServerConfig {
     pub shutdown_timeout: GoDuration,
     /// Larger request bodies are refused with 413.
     pub max_body_bytes: u64,
+    /// Larger streamed uploads (`PUT /files`, `PUT /files/archive`) are refused with 413;
+    /// `0` means unlimited.
+    pub max_upload_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +37,7 @@ impl Default for ServerConfig {
             cors_allowed_origins: vec![CORS_ANY_ORIGIN.to_owned()],
             shutdown_timeout: GoDuration::from_secs(10),
             max_body_bytes: 64 * 1024 * 1024,
+            max_upload_bytes: 0,
         }
     }
 }

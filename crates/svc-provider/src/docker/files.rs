@@ -6,13 +6,17 @@ use bollard::query_parameters::{
     ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions,
 };
 use bollard::Docker;
+use bytes::BytesMut;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use svc_core::path::SandboxPath;
+use svc_core::path::{NonRootPath, SandboxPath};
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+use tokio_util::io::ReaderStream;
 
 use super::errors::{engine_error, status_of};
-use super::tar::{upload_archive, EntryKind, TarReader};
-use crate::{ByteStream, FileInfo, ProviderError};
+use super::tar::{streamed_archive, upload_archive, EntryKind, TarReader};
+use crate::shell_files::ShellFiles;
+use crate::{ByteStream, FileInfo, ProviderError, Upload};
 
 /// Symlinks followed when reading, before giving up.
 const MAX_SYMLINKS: usize = 16;
@@ -92,73 +96,182 @@ pub(super) async fn stat(
     })
 }
 
+/// Content up to this size is uploaded in one archive built in memory, straight to its path;
+/// anything larger streams into a hidden file beside it that is renamed over it once complete.
+const IN_MEMORY_UPLOAD: usize = 1 << 20;
+
+/// Where an upload's archive is extracted: the deepest existing ancestor of the file, and the
+/// directories missing below it (relative to it, parents first), so existing directories keep
+/// their modes.
+struct UploadBase {
+    base: SandboxPath,
+    dirs: Vec<String>,
+}
+
+impl UploadBase {
+    async fn find(
+        docker: &Docker,
+        container: &str,
+        path: &SandboxPath,
+    ) -> Result<Self, ProviderError> {
+        if let Some(existing) = stat_raw(docker, container, path).await? {
+            if existing.file_mode & GO_MODE_DIR != 0 {
+                return Err(ProviderError::InvalidRequest {
+                    message: format!("{path}: is a directory"),
+                });
+            }
+        }
+        let mut missing = Vec::new();
+        let mut base = path.parent();
+        loop {
+            match stat_raw(docker, container, &base).await? {
+                Some(stat)
+                    if stat.file_mode & GO_MODE_DIR != 0
+                        || stat.file_mode & GO_MODE_SYMLINK != 0 =>
+                {
+                    break
+                }
+                Some(_) => {
+                    return Err(ProviderError::InvalidRequest {
+                        message: format!("{base}: not a directory"),
+                    })
+                }
+                None => {
+                    missing.push(base.clone());
+                    base = base.parent();
+                }
+            }
+        }
+        let mut found = UploadBase {
+            base,
+            dirs: Vec::new(),
+        };
+        found.dirs = missing.iter().rev().map(|p| found.relative(p)).collect();
+        Ok(found)
+    }
+
+    fn relative(&self, path: &SandboxPath) -> String {
+        let prefix = if self.base.is_root() {
+            1
+        } else {
+            self.base.as_str().len() + 1
+        };
+        path.as_str()[prefix..].to_owned()
+    }
+
+    async fn upload(
+        &self,
+        docker: &Docker,
+        container: &str,
+        path: &SandboxPath,
+        archive: impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    ) -> Result<(), ProviderError> {
+        let options = UploadToContainerOptions {
+            path: self.base.to_string(),
+            ..Default::default()
+        };
+        docker
+            .upload_to_container(container, Some(options), bollard::body_try_stream(archive))
+            .await
+            .map_err(|e| match status_of(&e) {
+                Some(404) => ProviderError::FileNotFound {
+                    path: path.to_string(),
+                },
+                Some(400) => ProviderError::InvalidRequest {
+                    message: format!("{path}: {e}"),
+                },
+                _ => engine_error("writing a file", &e),
+            })
+    }
+}
+
+fn now() -> u64 {
+    u64::try_from(Utc::now().timestamp()).unwrap_or(0)
+}
+
 pub(super) async fn write(
     docker: &Docker,
     container: &str,
-    path: &SandboxPath,
+    path: &NonRootPath,
     mode: u32,
-    mut content: ByteStream,
+    content: Upload,
+    shell: &ShellFiles<'_>,
 ) -> Result<(), ProviderError> {
-    if let Some(existing) = stat_raw(docker, container, path).await? {
-        if existing.file_mode & GO_MODE_DIR != 0 {
-            return Err(ProviderError::InvalidRequest {
-                message: format!("{path}: is a directory"),
-            });
-        }
-    }
-    // The upload goes to the deepest existing ancestor and carries the directories missing
-    // below it, so existing directories keep their modes.
-    let mut missing = Vec::new();
-    let mut base = path.parent();
-    loop {
-        match stat_raw(docker, container, &base).await? {
-            Some(stat)
-                if stat.file_mode & GO_MODE_DIR != 0 || stat.file_mode & GO_MODE_SYMLINK != 0 =>
-            {
-                break
-            }
-            Some(_) => {
-                return Err(ProviderError::InvalidRequest {
-                    message: format!("{base}: not a directory"),
-                })
-            }
+    let place = UploadBase::find(docker, container, path).await?;
+    let Upload { mut stream, size } = content;
+    let mut head = BytesMut::new();
+    let mut whole = false;
+    while head.len() <= IN_MEMORY_UPLOAD {
+        match stream.next().await {
+            Some(chunk) => head.extend_from_slice(&chunk?),
             None => {
-                missing.push(base.clone());
-                base = base.parent();
+                whole = true;
+                break;
             }
         }
     }
-    let relative = |p: &SandboxPath| -> String {
-        let prefix = if base.is_root() {
-            1
-        } else {
-            base.as_str().len() + 1
-        };
-        p.as_str()[prefix..].to_owned()
-    };
-    let dirs: Vec<String> = missing.iter().rev().map(&relative).collect();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = content.next().await {
-        bytes.extend_from_slice(&chunk?);
+    if whole {
+        let archive = upload_archive(&place.dirs, &place.relative(path), mode, &head, now())?;
+        return place
+            .upload(
+                docker,
+                container,
+                path,
+                futures::stream::once(async move { Ok(archive) }),
+            )
+            .await;
     }
-    let mtime = u64::try_from(Utc::now().timestamp()).unwrap_or(0);
-    let archive = upload_archive(&dirs, &relative(path), mode, &bytes, mtime)?;
-    let options = UploadToContainerOptions {
-        path: base.to_string(),
-        ..Default::default()
+    let rest: ByteStream =
+        Box::pin(futures::stream::once(async move { Ok(head.freeze()) }).chain(stream));
+    let Upload { stream: body, size } = match size {
+        Some(size) => Upload::stream(rest, Some(size)),
+        None => spool(rest).await?,
     };
-    docker
-        .upload_to_container(container, Some(options), bollard::body_full(archive))
+    let size = size.unwrap_or_default();
+    let temporary = path.upload_sibling();
+    let archive = streamed_archive(
+        &place.dirs,
+        &place.relative(&temporary),
+        mode,
+        size,
+        body,
+        now(),
+    )?;
+    let result = match place.upload(docker, container, path, archive).await {
+        Ok(()) => shell.rename(&temporary, path).await,
+        Err(err) => Err(err),
+    };
+    if result.is_err() {
+        // Best effort: the archive may have been cut mid-file.
+        if let Err(err) = shell.delete(&temporary, false).await {
+            tracing::debug!(%err, "removing an unfinished upload");
+        }
+    }
+    result
+}
+
+/// Copies content of unknown length to an unnamed host file to learn its size (the archive
+/// header comes first), then streams it back: memory stays flat whatever the size.
+async fn spool(mut content: ByteStream) -> Result<Upload, ProviderError> {
+    let spool_error = |e: std::io::Error| ProviderError::failed(format!("spooling an upload: {e}"));
+    let file = tokio::task::spawn_blocking(tempfile::tempfile)
         .await
-        .map_err(|e| match status_of(&e) {
-            Some(404) => ProviderError::FileNotFound {
-                path: path.to_string(),
-            },
-            Some(400) => ProviderError::InvalidRequest {
-                message: format!("{path}: {e}"),
-            },
-            _ => engine_error("writing a file", &e),
-        })
+        .map_err(|e| ProviderError::failed(format!("spooling an upload: {e}")))?
+        .map_err(spool_error)?;
+    let mut file = tokio::fs::File::from_std(file);
+    let mut size = 0u64;
+    while let Some(chunk) = content.next().await {
+        let chunk = chunk?;
+        size += chunk.len() as u64;
+        file.write_all(&chunk).await.map_err(spool_error)?;
+    }
+    file.flush().await.map_err(spool_error)?;
+    file.seek(std::io::SeekFrom::Start(0))
+        .await
+        .map_err(spool_error)?;
+    let stream =
+        ReaderStream::with_capacity(file, 256 * 1024).map(move |chunk| chunk.map_err(spool_error));
+    Ok(Upload::stream(Box::pin(stream), Some(size)))
 }
 
 pub(super) async fn read(

@@ -31,7 +31,7 @@ use svc_core::{Capability, SandboxId};
 use self::errors::{container_error, engine_error, status_of};
 use crate::{
     ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
-    RuntimeStatus, SandboxStats, SpawnSpec, LABEL_MANAGED, LABEL_SANDBOX_ID,
+    RuntimeStatus, SandboxStats, SpawnSpec, Upload, LABEL_MANAGED, LABEL_SANDBOX_ID,
 };
 
 /// Capabilities a multi-user container (a pool VM) keeps for its root: making workspaces
@@ -507,7 +507,7 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         path: &NonRootPath,
         mode: u32,
-        content: ByteStream,
+        content: Upload,
     ) -> Result<(), ProviderError> {
         self.require_container(id).await?;
         files::write(
@@ -516,6 +516,7 @@ impl Provider for DockerProvider {
             path,
             mode,
             content,
+            &self.shell(id),
         )
         .await
     }

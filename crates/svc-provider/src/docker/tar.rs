@@ -1,6 +1,7 @@
-//! Just enough tar for the archive API: one upload archive built in memory (a file and the
-//! directories missing above it), and a streaming reader of the first entry of a download, so
-//! reading a 500 MiB file never holds it whole.
+//! Just enough tar for the archive API: an upload archive (a file and the directories missing
+//! above it), built in memory for small content or streamed around the content for large
+//! content, and a streaming reader of the first entry of a download, so reading a 500 MiB file
+//! never holds it whole.
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
@@ -23,8 +24,53 @@ fn tar_error(message: impl std::fmt::Display) -> ProviderError {
     ProviderError::failed(format!("reading the engine's archive: {message}"))
 }
 
-/// Builds an archive holding `dirs` (relative, parents first, mode 0755) and then the file at
-/// `file` with `mode` and `content`.
+fn build_error(e: &std::io::Error) -> ProviderError {
+    ProviderError::failed(format!("building the upload: {e}"))
+}
+
+/// The start of an upload archive: `dirs` (relative, parents first, mode 0755), then the
+/// header of the file at `file` with `mode` and `size`, whose bytes come next.
+fn archive_head(
+    dirs: &[String],
+    file: &str,
+    mode: u32,
+    size: u64,
+    mtime: u64,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut builder = tar::Builder::new(Vec::with_capacity(2048));
+    let header = |kind: tar::EntryType, mode: u32, size: u64| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_size(size);
+        header.set_mtime(mtime);
+        header.set_uid(0);
+        header.set_gid(0);
+        header
+    };
+    for dir in dirs {
+        let mut header = header(tar::EntryType::Directory, 0o755, 0);
+        builder
+            .append_data(&mut header, format!("{dir}/"), std::io::empty())
+            .map_err(|e| build_error(&e))?;
+    }
+    // With no data behind it the builder writes the header (and any long-name record) alone.
+    let mut header = header(tar::EntryType::Regular, mode, size);
+    builder
+        .append_data(&mut header, file, std::io::empty())
+        .map_err(|e| build_error(&e))?;
+    let mut head = builder.into_inner().map_err(|e| build_error(&e))?;
+    // `into_inner` ends the archive; the file's bytes and the end come later.
+    head.truncate(head.len() - 2 * BLOCK);
+    Ok(head)
+}
+
+/// The end of an archive whose last entry held `size` bytes.
+fn archive_tail(size: u64) -> Bytes {
+    Bytes::from(vec![0u8; padding(size) + 2 * BLOCK])
+}
+
+/// Builds an archive holding `dirs` and then the file at `file` with `mode` and `content`.
 pub(super) fn upload_archive(
     dirs: &[String],
     file: &str,
@@ -32,33 +78,30 @@ pub(super) fn upload_archive(
     content: &[u8],
     mtime: u64,
 ) -> Result<Bytes, ProviderError> {
-    let mut builder = tar::Builder::new(Vec::with_capacity(content.len() + 2048));
-    for dir in dirs {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_size(0);
-        header.set_mtime(mtime);
-        header.set_uid(0);
-        header.set_gid(0);
-        builder
-            .append_data(&mut header, format!("{dir}/"), std::io::empty())
-            .map_err(|e| ProviderError::failed(format!("building the upload: {e}")))?;
-    }
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(mode);
-    header.set_size(content.len() as u64);
-    header.set_mtime(mtime);
-    header.set_uid(0);
-    header.set_gid(0);
-    builder
-        .append_data(&mut header, file, content)
-        .map_err(|e| ProviderError::failed(format!("building the upload: {e}")))?;
-    builder
-        .into_inner()
-        .map(Bytes::from)
-        .map_err(|e| ProviderError::failed(format!("building the upload: {e}")))
+    let size = content.len() as u64;
+    let mut archive = archive_head(dirs, file, mode, size, mtime)?;
+    archive.extend_from_slice(content);
+    archive.extend_from_slice(&archive_tail(size));
+    Ok(Bytes::from(archive))
+}
+
+/// The same archive streamed around `content` of `size` bytes (an [`crate::Upload`] with its
+/// size, which fails rather than end short or run long). A failing stream fails the request
+/// body, so the engine never sees a complete archive with the wrong bytes.
+pub(super) fn streamed_archive(
+    dirs: &[String],
+    file: &str,
+    mode: u32,
+    size: u64,
+    content: ByteStream,
+    mtime: u64,
+) -> Result<impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static, ProviderError> {
+    let head = Bytes::from(archive_head(dirs, file, mode, size, mtime)?);
+    let body = content.map(|chunk| chunk.map_err(std::io::Error::other));
+    let tail = futures::stream::once(async move { Ok(archive_tail(size)) });
+    Ok(futures::stream::once(async move { Ok(head) })
+        .chain(body)
+        .chain(tail))
 }
 
 /// What kind of entry a download starts with.

@@ -30,7 +30,7 @@ use super::vm::{self, BootFiles, RunningVm, VmSpec, Vmm, Watch, VSOCK_SOCKET};
 use crate::agent::{AgentClient, VsockConnector};
 use crate::{
     ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeFailure,
-    RuntimeInfo, RuntimeStatus, SnapshotInfo, SpawnSpec,
+    RuntimeInfo, RuntimeStatus, SnapshotInfo, SpawnSpec, Upload,
 };
 
 const CAPABILITIES: &[Capability] = &[
@@ -671,11 +671,11 @@ impl Provider for MicrovmProvider {
         id: &SandboxId,
         path: &NonRootPath,
         mode: u32,
-        content: ByteStream,
+        content: Upload,
     ) -> Result<(), ProviderError> {
         self.existing_agent(id)
             .await?
-            .write_file(path, mode, content)
+            .write_file(path, mode, content.stream)
             .await
     }
 

@@ -91,6 +91,8 @@ fn file_info(path: &SandboxPath, metadata: &Metadata) -> FileInfo {
     }
 }
 
+/// Streams `content` into a hidden file beside `path` and renames it over `path` once complete
+/// (with `mode`), so a failed upload leaves whatever was at `path` as it was.
 pub(super) async fn write(
     sandbox_dir: PathBuf,
     path: NonRootPath,
@@ -98,6 +100,8 @@ pub(super) async fn write(
     mut content: ByteStream,
 ) -> Result<(), ProviderError> {
     let target = path.clone();
+    let temporary = path.upload_sibling();
+    let partial = temporary.clone();
     let (root, file) = blocking(move || {
         let root = open_root(&sandbox_dir)?;
         let parent = target.parent();
@@ -105,26 +109,42 @@ pub(super) async fn write(
             root.create_dir_all(rel(&parent))
                 .map_err(|e| io_error(&parent, &e))?;
         }
+        if root.metadata(rel(&target)).is_ok_and(|m| m.is_dir()) {
+            return Err(ProviderError::InvalidRequest {
+                message: format!("{target}: is a directory"),
+            });
+        }
         let file = root
             .open_with(
-                rel(&target),
-                OpenOptions::new().write(true).create(true).truncate(true),
+                rel(&partial),
+                OpenOptions::new().write(true).create_new(true),
             )
             .map_err(|e| io_error(&target, &e))?;
         Ok((root, file))
     })
     .await?;
     let mut file = tokio::fs::File::from_std(file.into_std());
-    while let Some(chunk) = content.next().await {
-        file.write_all(&chunk?)
-            .await
-            .map_err(|e| io_error(&path, &e))?;
+    let copied = async {
+        while let Some(chunk) = content.next().await {
+            file.write_all(&chunk?)
+                .await
+                .map_err(|e| io_error(&path, &e))?;
+        }
+        file.flush().await.map_err(|e| io_error(&path, &e))
     }
-    file.flush().await.map_err(|e| io_error(&path, &e))?;
+    .await;
     drop(file);
     blocking(move || {
-        root.set_permissions(rel(&path), Permissions::from_mode(mode))
-            .map_err(|e| io_error(&path, &e))
+        let finished = copied.and_then(|()| {
+            root.set_permissions(rel(&temporary), Permissions::from_mode(mode))
+                .map_err(|e| io_error(&path, &e))?;
+            root.rename(rel(&temporary), &root, rel(&path))
+                .map_err(|e| io_error(&path, &e))
+        });
+        if finished.is_err() {
+            let _ = root.remove_file(rel(&temporary));
+        }
+        finished
     })
     .await
 }

@@ -1,6 +1,7 @@
 //! The file API over HTTP.
 
 use base64::Engine;
+use futures::StreamExt;
 use reqwest::Method;
 use serde_json::json;
 
@@ -487,5 +488,315 @@ async fn downloads_resume_with_a_range() {
     let server = TestServer::start().await;
     let id = sandbox(&server).await;
     assert_ranges(&server, &id, "/data").await;
+    server.shutdown().await;
+}
+
+/// A deterministic pseudo-random block of 1 MiB, different for every `index`.
+fn block(index: u64) -> bytes::Bytes {
+    let mut state = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(1 << 20);
+    while out.len() < 1 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    bytes::Bytes::from(out)
+}
+
+/// `mib` MiB of known content as a request body, failing after `cut_after` MiB if given.
+fn known_body(mib: u64, cut_after: Option<u64>) -> reqwest::Body {
+    let blocks = futures::stream::iter(0..mib).map(move |i| {
+        if cut_after == Some(i) {
+            Err(std::io::Error::other("the client went away"))
+        } else {
+            Ok(block(i))
+        }
+    });
+    reqwest::Body::wrap_stream(blocks)
+}
+
+fn digest_of(mib: u64) -> Vec<u8> {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    for i in 0..mib {
+        hash.update(block(i));
+    }
+    hash.finalize().to_vec()
+}
+
+async fn put(
+    server: &TestServer,
+    url: &str,
+    body: reqwest::Body,
+    length: Option<u64>,
+) -> (u16, serde_json::Value) {
+    let mut request = server.client.put(server.url(url)).body(body);
+    if let Some(length) = length {
+        request = request.header("content-length", length);
+    }
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.json().await.unwrap_or(serde_json::Value::Null);
+            (status, body)
+        }
+        // The server may answer 413 and close before the client finished sending.
+        Err(err) => (0, json!({"client_error": err.to_string()})),
+    }
+}
+
+/// Streamed uploads (decisions §9) on a server with `server.max_body_bytes` 1 MiB and
+/// `server.max_upload_bytes` 8 MiB: not bounded by the first, refused with 413 over the second
+/// (announced or not), and a refused or broken-off upload leaves the old file as it was.
+pub(crate) async fn assert_streamed_uploads(server: &TestServer, id: &str, dir: &str) {
+    let files = format!("/sandboxes/{id}/files");
+    let target = format!("{dir}/up/data.bin");
+    let (status, body) = put(
+        server,
+        &format!("{files}?path={target}&mode=0600"),
+        known_body(4, None),
+        Some(4 << 20),
+    )
+    .await;
+    assert_eq!(
+        (status, &body),
+        (200, &json!({"status": "written", "size": 4 << 20}))
+    );
+    let (status, read, _) = raw(server, &format!("{files}?path={target}")).await;
+    assert_eq!(status, 200);
+    use sha2::Digest;
+    assert_eq!(sha2::Sha256::digest(&read).to_vec(), digest_of(4));
+    let stat = server.get(&format!("{files}/stat?path={target}")).await;
+    assert_eq!(
+        (stat.body["mode"].as_str(), stat.body["size"].as_u64()),
+        (Some("0600"), Some(4 << 20))
+    );
+    // Chunked (no Content-Length) works the same.
+    let (status, body) = put(
+        server,
+        &format!("{files}?path={target}"),
+        known_body(3, None),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["size"].as_u64()),
+        (200, Some(3 << 20)),
+        "{body}"
+    );
+    server
+        .post(&files, json!({"path": target, "content": "old"}))
+        .await;
+    // Over the limit, announced: refused before a byte is read.
+    let (status, body) = put(
+        server,
+        &format!("{files}?path={target}"),
+        known_body(9, None),
+        Some(9 << 20),
+    )
+    .await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["code"], "payload_too_large");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("server.max_upload_bytes"),
+        "{body}"
+    );
+    // Over the limit, chunked: refused when the count passes it.
+    let (status, body) = put(
+        server,
+        &format!("{files}?path={target}"),
+        known_body(9, None),
+        None,
+    )
+    .await;
+    assert!(status == 413 || status == 0, "{status} {body}");
+    // Cut in the middle, announced and not.
+    let (status, _) = put(
+        server,
+        &format!("{files}?path={target}"),
+        known_body(4, Some(2)),
+        Some(4 << 20),
+    )
+    .await;
+    assert_ne!(status, 200);
+    let (status, _) = put(
+        server,
+        &format!("{files}?path={target}"),
+        known_body(4, Some(2)),
+        None,
+    )
+    .await;
+    assert_ne!(status, 200);
+    // A file never written is not left half there either.
+    let (status, _) = put(
+        server,
+        &format!("{files}?path={dir}/up/new.bin"),
+        known_body(4, Some(2)),
+        Some(4 << 20),
+    )
+    .await;
+    assert_ne!(status, 200);
+    crate::harness::wait_for(
+        "the old file, alone",
+        std::time::Duration::from_secs(10),
+        || async {
+            let (status, read, _) = raw(server, &format!("{files}?path={target}")).await;
+            let list = server.get(&format!("{files}/list?path={dir}/up")).await;
+            let names: Vec<&str> = list
+                .body
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["name"].as_str().unwrap())
+                .collect();
+            (status, read.as_slice(), names) == (200, b"old".as_slice(), vec!["data.bin"])
+        },
+    )
+    .await;
+    let refused = server
+        .client
+        .put(server.url(&format!("{files}?path={target}&mode=99")))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let root = server
+        .client
+        .put(server.url(&format!("{files}?path=/")))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(root.status(), 400);
+}
+
+/// The largest resident size of this process (the server runs in it) over a transfer.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Samples the resident size until dropped; `peak` is the largest seen.
+struct RssWatch {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssWatch {
+    fn start() -> Self {
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(rss_kib()));
+        let seen = std::sync::Arc::clone(&peak);
+        let task = tokio::spawn(async move {
+            loop {
+                seen.fetch_max(rss_kib(), std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        });
+        RssWatch { peak, task }
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for RssWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A 2 GiB file goes up with `PUT /files` and comes back with `GET /files` byte for byte, and
+/// the process (server and client) grows by less than 64 MiB meanwhile.
+pub(crate) async fn assert_two_gib_round_trip(server: &TestServer, id: &str, path: &str) {
+    const MIB: u64 = 2048;
+    let files = format!("/sandboxes/{id}/files");
+    let before = rss_kib();
+    let watch = RssWatch::start();
+    let (status, body) = put(
+        server,
+        &format!("{files}?path={path}"),
+        known_body(MIB, None),
+        Some(MIB << 20),
+    )
+    .await;
+    assert_eq!(
+        (status, body["size"].as_u64()),
+        (200, Some(MIB << 20)),
+        "{body}"
+    );
+    let response = server
+        .client
+        .get(server.url(&format!("{files}?path={path}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    let mut total = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        total += chunk.len() as u64;
+        hash.update(&chunk);
+    }
+    assert_eq!(total, MIB << 20);
+    assert!(
+        hash.finalize().to_vec() == digest_of(MIB),
+        "the download differs from the upload"
+    );
+    let growth_mib = watch.peak().saturating_sub(before) / 1024;
+    assert!(
+        growth_mib < 64,
+        "a 2 GiB upload and download grew the process by {growth_mib} MiB"
+    );
+    // A resumed download of the tail matches too.
+    let tail = server
+        .client
+        .get(server.url(&format!("{files}?path={path}")))
+        .header("range", format!("bytes={}-", (MIB - 1) << 20))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), 206);
+    assert!(tail.bytes().await.unwrap() == block(MIB - 1));
+}
+
+#[tokio::test]
+async fn streamed_uploads_are_bounded_and_whole() {
+    let server = TestServer::start_with(|c| {
+        c.server.max_body_bytes = 1 << 20;
+        c.server.max_upload_bytes = 8 << 20;
+    })
+    .await;
+    let id = sandbox(&server).await;
+    let mut events = server.events("?types=file.written", None).await;
+    assert_streamed_uploads(&server, &id, "/data").await;
+    let written = events
+        .until("file.written", std::time::Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        written.last().unwrap().data["data"]["size"],
+        4 << 20,
+        "file.written carries the size"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_gib_up_and_down_in_flat_memory() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    assert_two_gib_round_trip(&server, &id, "/big/two.bin").await;
     server.shutdown().await;
 }

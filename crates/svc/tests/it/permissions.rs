@@ -78,6 +78,7 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("POST", "/sandboxes/{id}/extend", 'L'),
     ("GET", "/sandboxes/{id}/files", 'R'),
     ("POST", "/sandboxes/{id}/files", 'L'),
+    ("PUT", "/sandboxes/{id}/files", 'L'),
     ("DELETE", "/sandboxes/{id}/files", 'L'),
     ("POST", "/sandboxes/{id}/files/chmod", 'L'),
     ("GET", "/sandboxes/{id}/files/glob", 'R'),
