@@ -99,6 +99,8 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("GET", "/sandboxes/{id}/files", ReadFiles),
         ("POST", "/sandboxes/{id}/files", WriteFiles),
         ("PUT", "/sandboxes/{id}/files", WriteFiles),
+        ("GET", "/sandboxes/{id}/files/archive", ReadFiles),
+        ("PUT", "/sandboxes/{id}/files/archive", WriteFiles),
         ("DELETE", "/sandboxes/{id}/files", WriteFiles),
         ("POST", "/sandboxes/{id}/files/chmod", WriteFiles),
         ("GET", "/sandboxes/{id}/files/glob", ReadFiles),

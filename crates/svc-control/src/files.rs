@@ -286,6 +286,68 @@ impl ControlPlane {
         Ok(size)
     }
 
+    /// `GET /files/archive`: directory `dir` as a tar stream, names relative to it.
+    pub async fn read_archive(
+        &self,
+        principal: &Principal,
+        id: &str,
+        dir: &str,
+    ) -> Result<ByteStream, Error> {
+        self.authorize(principal, Action::ReadFiles)?;
+        let dir = sandbox_path("path", dir)?;
+        let FileTarget {
+            id: sandbox_id,
+            tenant_id,
+            provider,
+        } = self.file_target(principal, id).await?;
+        let stream = provider
+            .read_archive(&sandbox_id, &dir)
+            .await
+            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "read archive", e))?;
+        self.events().publish_in(
+            &tenant_id,
+            Some(&sandbox_id),
+            EventPayload::FileRead(file_data(&dir, None)),
+        );
+        Ok(stream)
+    }
+
+    /// `PUT /files/archive`: extracts the tar stream `body` into `dir` (created when missing),
+    /// refusing (400, naming the entry) any entry that would leave it; answers the entries
+    /// written.
+    pub async fn write_archive(
+        &self,
+        principal: &Principal,
+        id: &str,
+        dir: &str,
+        body: ByteStream,
+        length: Option<u64>,
+    ) -> Result<u64, Error> {
+        self.authorize(principal, Action::WriteFiles)?;
+        let dir = sandbox_path("path", dir)?;
+        let meter = UploadMeter::new(self.config().server.max_upload_bytes, length)?;
+        let FileTarget {
+            id: sandbox_id,
+            tenant_id,
+            provider,
+        } = self.file_target(principal, id).await?;
+        let (archive, watch) = svc_provider::archive::checked(meter.watch(body), &dir);
+        let written = provider.write_archive(&sandbox_id, &dir, archive).await;
+        let report = watch.report();
+        let written = match report.refused {
+            Some(refusal) => Err(Error::invalid("archive", refusal)),
+            None => written
+                .map_err(|e| self.file_error(&sandbox_id, provider.name(), "extract archive", e)),
+        };
+        let size = meter.finish(written)?;
+        self.events().publish_in(
+            &tenant_id,
+            Some(&sandbox_id),
+            EventPayload::FileWritten(file_data(&dir, Some(size))),
+        );
+        Ok(report.entries)
+    }
+
     /// `GET /files`: the file's bytes as a stream, or the part a `Range` header names.
     pub async fn read_file(
         &self,

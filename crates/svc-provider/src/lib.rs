@@ -5,6 +5,7 @@
 //! [`ProviderError::Unsupported`] from the trait defaults, matching its declared capabilities.
 
 pub mod agent;
+pub mod archive;
 pub mod docker;
 mod error;
 mod exec;

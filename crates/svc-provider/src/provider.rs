@@ -218,6 +218,30 @@ pub trait Provider: Send + Sync + 'static {
         Err(ProviderError::Unsupported { op: "read_file" })
     }
 
+    /// Streams directory `dir` as a tar archive whose names are relative to it (`./`, `./a`,
+    /// `./sub/`); symlinks are stored, not followed.
+    async fn read_archive(
+        &self,
+        _id: &SandboxId,
+        _dir: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        Err(ProviderError::Unsupported { op: "read_archive" })
+    }
+
+    /// Extracts `archive` into `dir`, created when missing. The archive comes checked by
+    /// [`crate::archive::checked`]: its stream fails just before any entry that would leave
+    /// `dir`, and the extraction fails with it.
+    async fn write_archive(
+        &self,
+        _id: &SandboxId,
+        _dir: &SandboxPath,
+        _archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported {
+            op: "write_archive",
+        })
+    }
+
     /// Deletes a file, or a directory (non-empty ones only when `recursive`).
     async fn delete_file(
         &self,

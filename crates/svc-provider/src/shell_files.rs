@@ -78,6 +78,18 @@ t="$d/$3"
 cat > "$t" 2>/dev/null || { rm -f -- "$t"; exit 6; }
 chmod "$2" -- "$t" && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 6; }"#;
 
+/// `$1` a directory: streams it as a tar archive, names relative to it.
+const ARCHIVE: &str = r#"[ -e "$1" ] || { [ -L "$1" ] && exit 6; exit 2; }
+[ -d "$1" ] || { echo "not a directory" >&2; exit 3; }
+cd "$1" 2>/dev/null || exit 6
+exec tar -cf - ."#;
+
+/// `$1` a directory, created when missing: extracts the tar archive on stdin into it (owners
+/// are not restored: the files belong to whoever runs the script).
+const EXTRACT: &str = r#"mkdir -p -- "$1" 2>/dev/null || { [ -e "$1" ] && [ ! -d "$1" ] && { echo "not a directory" >&2; exit 3; }; exit 6; }
+cd "$1" 2>/dev/null || exit 6
+exec tar -xof -"#;
+
 /// File operations in sandbox `id` through `provider`'s exec, as `user` (the provider's
 /// default user when `None`).
 pub struct ShellFiles<'a> {
@@ -246,11 +258,35 @@ impl<'a> ShellFiles<'a> {
     /// Streams a file. The command's first output (or its end) is awaited, so a missing or
     /// forbidden file is an error before any byte is handed on.
     pub async fn read(&self, path: &SandboxPath) -> Result<ByteStream, ProviderError> {
+        self.stream_out(READ, path).await
+    }
+
+    /// Streams directory `dir` as a tar archive (names `./`, `./a`, ...); needs `tar`.
+    pub async fn archive(&self, dir: &SandboxPath) -> Result<ByteStream, ProviderError> {
+        self.stream_out(ARCHIVE, dir).await
+    }
+
+    /// Extracts a tar archive into `dir`, created when missing; needs `tar`.
+    pub async fn extract(
+        &self,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        self.feed_in(EXTRACT, &[dir.as_str()], dir, archive, None)
+            .await
+    }
+
+    /// Runs `body` with `path` as `$1` and streams its stdout, once it has started to print.
+    async fn stream_out(
+        &self,
+        body: &str,
+        path: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
         let ExecSession {
             mut output,
             exit,
             control,
-        } = self.start(READ, &[path.as_str()], false).await?;
+        } = self.start(body, &[path.as_str()], false).await?;
         let mut stderr = Vec::new();
         let first = loop {
             match output.next().await {
@@ -310,17 +346,36 @@ impl<'a> ShellFiles<'a> {
         &self,
         path: &SandboxPath,
         mode: u32,
-        mut content: ByteStream,
+        content: ByteStream,
     ) -> Result<(), ProviderError> {
         let temporary = format!(".svc-upload-{}", SandboxId::generate());
         let mode = format!("{mode:o}");
+        let leftover = path.parent().join(&temporary);
+        self.feed_in(
+            WRITE,
+            &[path.as_str(), &mode, &temporary],
+            path,
+            content,
+            Some(&leftover),
+        )
+        .await
+    }
+
+    /// Runs `body` with `args`, feeding `content` to its stdin. When the content fails, the
+    /// command is killed and `leftover` (what it was writing) removed.
+    async fn feed_in(
+        &self,
+        body: &str,
+        args: &[&str],
+        path: &SandboxPath,
+        mut content: ByteStream,
+        leftover: Option<&SandboxPath>,
+    ) -> Result<(), ProviderError> {
         let ExecSession {
             mut output,
             exit,
             control,
-        } = self
-            .start(WRITE, &[path.as_str(), &mode, &temporary], true)
-            .await?;
+        } = self.start(body, args, true).await?;
         // Output is drained alongside, so the command never blocks on a full pipe.
         let drained = tokio::spawn(async move {
             let mut stderr = Vec::new();
@@ -350,10 +405,11 @@ impl<'a> ShellFiles<'a> {
             // The command never sees the end of stdin: kill it and remove what it wrote.
             let _ = control.kill().await;
             let _ = exit.await;
-            let parent = path.parent();
-            let _ = self
-                .run(path, "rm -f -- \"$1\"", &[parent.join(&temporary).as_str()])
-                .await;
+            if let Some(leftover) = leftover {
+                let _ = self
+                    .run(path, "rm -f -- \"$1\"", &[leftover.as_str()])
+                    .await;
+            }
             return Err(err);
         }
         control.close_stdin().await?;

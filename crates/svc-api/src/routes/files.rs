@@ -203,6 +203,70 @@ async fn upload(
     }))
 }
 
+/// `PUT /files/archive` answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Extracted {
+    /// `extracted`.
+    status: &'static str,
+    /// Entries written: files, directories and links.
+    entries: u64,
+}
+
+/// Streams a directory as a tar archive (`application/x-tar`), names relative to it.
+#[utoipa::path(get, path = "/sandboxes/{id}/files/archive", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
+    responses((status = 200, description = "The tar stream", content_type = "application/x-tar", body = Vec<u8>),
+        (status = 400, description = "Invalid path, or not a directory", body = ErrorBody),
+        (status = 404, description = "No such sandbox or directory", body = ErrorBody)))]
+async fn read_archive(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> Result<Response, ApiError> {
+    let dir = required(query.path, "path")?;
+    let stream = plane.read_archive(&principal, &id, &dir).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-tar")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Extracts a tar archive (the raw body, streamed) into a directory, created when missing.
+/// Absolute names, names whose `..` leave the directory, links whose target leaves it, devices
+/// and FIFOs are refused (400 naming the entry) before they are written.
+#[utoipa::path(put, path = "/sandboxes/{id}/files/archive", tag = "files",
+    params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
+    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "A tar archive"),
+    responses((status = 200, description = "`{\"status\": \"extracted\", \"entries\": N}`", body = Extracted),
+        (status = 400, description = "Invalid path, or an entry refused (named)", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 413, description = "Over `server.max_upload_bytes`", body = ErrorBody)))]
+async fn write_archive(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Extracted>, ApiError> {
+    let dir = required(query.path, "path")?;
+    let entries = plane
+        .write_archive(
+            &principal,
+            &id,
+            &dir,
+            body_stream(body),
+            content_length(&headers),
+        )
+        .await?;
+    Ok(Json(Extracted {
+        status: "extracted",
+        entries,
+    }))
+}
+
 /// Reads a file's raw bytes (streamed); `Range: bytes=a-b` (or `a-`, `-n`) answers 206 with
 /// that part, so a broken download resumes.
 #[utoipa::path(get, path = "/sandboxes/{id}/files", tag = "files",
@@ -366,6 +430,7 @@ async fn glob(
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
     OpenApiRouter::new()
         .routes(routes!(write, read, upload, delete))
+        .routes(routes!(read_archive, write_archive))
         .routes(routes!(list))
         .routes(routes!(move_file))
         .routes(routes!(chmod))

@@ -119,6 +119,25 @@ impl Provider for Metered {
             .await
     }
 
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        self.measure("read_archive", self.inner.read_archive(id, dir))
+            .await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        self.measure("write_archive", self.inner.write_archive(id, dir, archive))
+            .await
+    }
+
     async fn read_file(
         &self,
         id: &SandboxId,

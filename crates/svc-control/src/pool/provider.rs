@@ -451,6 +451,41 @@ impl Provider for Pool {
         self.inner.delete_file(&place.vm, &real, recursive).await
     }
 
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        let Some(place) = self.logical(id).await? else {
+            return self.inner.read_archive(id, dir).await;
+        };
+        let dir = if dir.is_root() { &place.workspace } else { dir };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, dir)?;
+            return files.archive(dir).await;
+        }
+        let real = self.real_path(&place, dir).await?;
+        self.inner.read_archive(&place.vm, &real).await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        let Some(place) = self.logical(id).await? else {
+            return self.inner.write_archive(id, dir, archive).await;
+        };
+        let dir = if dir.is_root() { &place.workspace } else { dir };
+        if let Some(files) = self.user_files(&place) {
+            workspace::confine(&place.workspace, dir)?;
+            return files.extract(dir, archive).await;
+        }
+        let real = self.real_path(&place, dir).await?;
+        self.inner.write_archive(&place.vm, &real, archive).await
+    }
+
     async fn list_dir(
         &self,
         id: &SandboxId,

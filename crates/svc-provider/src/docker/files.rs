@@ -14,7 +14,7 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 
 use super::errors::{engine_error, status_of};
-use super::tar::{streamed_archive, upload_archive, EntryKind, TarReader};
+use super::tar::{dirs_archive, streamed_archive, upload_archive, EntryKind, TarReader};
 use crate::shell_files::ShellFiles;
 use crate::{ByteStream, FileInfo, ProviderError, Upload};
 
@@ -121,8 +121,18 @@ impl UploadBase {
                 });
             }
         }
+        Self::below(docker, container, path.parent()).await
+    }
+
+    /// The deepest existing directory at or above `start`, and the directories missing below it
+    /// down to `start` included.
+    async fn below(
+        docker: &Docker,
+        container: &str,
+        start: SandboxPath,
+    ) -> Result<Self, ProviderError> {
         let mut missing = Vec::new();
-        let mut base = path.parent();
+        let mut base = start;
         loop {
             match stat_raw(docker, container, &base).await? {
                 Some(stat)
@@ -272,6 +282,62 @@ async fn spool(mut content: ByteStream) -> Result<Upload, ProviderError> {
     let stream =
         ReaderStream::with_capacity(file, 256 * 1024).map(move |chunk| chunk.map_err(spool_error));
     Ok(Upload::stream(Box::pin(stream), Some(size)))
+}
+
+/// Streams `dir` as the engine archives it with a trailing `/.`: names relative to it.
+pub(super) async fn read_archive(
+    docker: &Docker,
+    container: &str,
+    dir: &SandboxPath,
+) -> Result<ByteStream, ProviderError> {
+    let stat =
+        stat_raw(docker, container, dir)
+            .await?
+            .ok_or_else(|| ProviderError::FileNotFound {
+                path: dir.to_string(),
+            })?;
+    if stat.file_mode & GO_MODE_DIR == 0 && stat.file_mode & GO_MODE_SYMLINK == 0 {
+        return Err(ProviderError::InvalidRequest {
+            message: format!("{dir}: not a directory"),
+        });
+    }
+    let inside = if dir.is_root() {
+        "/.".to_owned()
+    } else {
+        format!("{dir}/.")
+    };
+    let options = DownloadFromContainerOptions { path: inside };
+    let stream = docker
+        .download_from_container(container, Some(options))
+        .map(|chunk| chunk.map_err(|e| engine_error("reading a directory", &e)));
+    Ok(Box::pin(stream))
+}
+
+/// Extracts a checked archive into `dir`, creating it (and its missing parents) first.
+pub(super) async fn write_archive(
+    docker: &Docker,
+    container: &str,
+    dir: &SandboxPath,
+    archive: ByteStream,
+) -> Result<(), ProviderError> {
+    let place = UploadBase::below(docker, container, dir.clone()).await?;
+    if !place.dirs.is_empty() {
+        let dirs = dirs_archive(&place.dirs, now())?;
+        place
+            .upload(
+                docker,
+                container,
+                dir,
+                futures::stream::once(async move { Ok(dirs) }),
+            )
+            .await?;
+    }
+    let inside = UploadBase {
+        base: dir.clone(),
+        dirs: Vec::new(),
+    };
+    let body = archive.map(|chunk| chunk.map_err(std::io::Error::other));
+    inside.upload(docker, container, dir, body).await
 }
 
 pub(super) async fn read(

@@ -521,6 +521,25 @@ impl Provider for DockerProvider {
         .await
     }
 
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        self.require_container(id).await?;
+        files::read_archive(&self.client().await?, &container_name(id), dir).await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        self.require_container(id).await?;
+        files::write_archive(&self.client().await?, &container_name(id), dir, archive).await
+    }
+
     async fn read_file(
         &self,
         id: &SandboxId,

@@ -28,8 +28,39 @@ fn build_error(e: &std::io::Error) -> ProviderError {
     ProviderError::failed(format!("building the upload: {e}"))
 }
 
-/// The start of an upload archive: `dirs` (relative, parents first, mode 0755), then the
-/// header of the file at `file` with `mode` and `size`, whose bytes come next.
+fn header(kind: tar::EntryType, mode: u32, size: u64, mtime: u64) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(mode);
+    header.set_size(size);
+    header.set_mtime(mtime);
+    header.set_uid(0);
+    header.set_gid(0);
+    header
+}
+
+/// A builder holding `dirs` (relative, parents first, mode 0755).
+fn with_dirs(dirs: &[String], mtime: u64) -> Result<tar::Builder<Vec<u8>>, ProviderError> {
+    let mut builder = tar::Builder::new(Vec::with_capacity(2048));
+    for dir in dirs {
+        let mut header = header(tar::EntryType::Directory, 0o755, 0, mtime);
+        builder
+            .append_data(&mut header, format!("{dir}/"), std::io::empty())
+            .map_err(|e| build_error(&e))?;
+    }
+    Ok(builder)
+}
+
+/// An archive of just `dirs`.
+pub(super) fn dirs_archive(dirs: &[String], mtime: u64) -> Result<Bytes, ProviderError> {
+    with_dirs(dirs, mtime)?
+        .into_inner()
+        .map(Bytes::from)
+        .map_err(|e| build_error(&e))
+}
+
+/// The start of an upload archive: `dirs`, then the header of the file at `file` with `mode`
+/// and `size`, whose bytes come next.
 fn archive_head(
     dirs: &[String],
     file: &str,
@@ -37,25 +68,9 @@ fn archive_head(
     size: u64,
     mtime: u64,
 ) -> Result<Vec<u8>, ProviderError> {
-    let mut builder = tar::Builder::new(Vec::with_capacity(2048));
-    let header = |kind: tar::EntryType, mode: u32, size: u64| {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(kind);
-        header.set_mode(mode);
-        header.set_size(size);
-        header.set_mtime(mtime);
-        header.set_uid(0);
-        header.set_gid(0);
-        header
-    };
-    for dir in dirs {
-        let mut header = header(tar::EntryType::Directory, 0o755, 0);
-        builder
-            .append_data(&mut header, format!("{dir}/"), std::io::empty())
-            .map_err(|e| build_error(&e))?;
-    }
+    let mut builder = with_dirs(dirs, mtime)?;
     // With no data behind it the builder writes the header (and any long-name record) alone.
-    let mut header = header(tar::EntryType::Regular, mode, size);
+    let mut header = header(tar::EntryType::Regular, mode, size, mtime);
     builder
         .append_data(&mut header, file, std::io::empty())
         .map_err(|e| build_error(&e))?;

@@ -679,6 +679,28 @@ impl Provider for MicrovmProvider {
             .await
     }
 
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        // The guest agent moves files, not trees: the guest's own `tar` packs them.
+        crate::shell_files::ShellFiles::new(self, id, None)
+            .archive(dir)
+            .await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        crate::shell_files::ShellFiles::new(self, id, None)
+            .extract(dir, archive)
+            .await
+    }
+
     async fn read_file(
         &self,
         id: &SandboxId,

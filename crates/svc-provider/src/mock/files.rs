@@ -44,7 +44,7 @@ pub(super) fn io_error(path: &SandboxPath, err: &std::io::Error) -> ProviderErro
 }
 
 /// The relative form cap-std wants (`.` for the root).
-fn rel(path: &SandboxPath) -> &Path {
+pub(super) fn rel(path: &SandboxPath) -> &Path {
     if path.is_root() {
         Path::new(".")
     } else {
@@ -52,7 +52,7 @@ fn rel(path: &SandboxPath) -> &Path {
     }
 }
 
-fn open_root(sandbox_dir: &Path) -> Result<Dir, ProviderError> {
+pub(super) fn open_root(sandbox_dir: &Path) -> Result<Dir, ProviderError> {
     Dir::open_ambient_dir(sandbox_dir, cap_std::ambient_authority()).map_err(|e| {
         if e.kind() == ErrorKind::NotFound {
             ProviderError::RuntimeNotFound {

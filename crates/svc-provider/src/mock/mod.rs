@@ -20,6 +20,7 @@ use crate::{
     RuntimeStatus, SandboxStats, SpawnSpec, Upload,
 };
 
+mod archive;
 mod exec;
 mod files;
 mod stats;
@@ -334,6 +335,23 @@ impl Provider for MockProvider {
             content.stream,
         )
         .await
+    }
+
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+    ) -> Result<ByteStream, ProviderError> {
+        archive::pack(self.existing_dir(id).await?, dir.clone()).await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        archive::extract(self.existing_dir(id).await?, dir.clone(), archive).await
     }
 
     async fn read_file(

@@ -358,6 +358,7 @@ async fn docker_streamed_uploads_are_bounded_and_whole() {
     };
     let id = spawn_docker(&server, json!({})).await;
     crate::files::assert_streamed_uploads(&server, &id, "/work").await;
+    crate::files::assert_archives(&server, &id, "/work").await;
     finish(server, &docker).await;
 }
 

@@ -800,3 +800,156 @@ async fn two_gib_up_and_down_in_flat_memory() {
     assert_two_gib_round_trip(&server, &id, "/big/two.bin").await;
     server.shutdown().await;
 }
+
+/// One raw tar header naming `name` exactly (builders refuse `..` and absolute names).
+fn raw_entry(name: &str, kind: tar::EntryType, link: &str, content: &[u8]) -> Vec<u8> {
+    let mut header = tar::Header::new_old();
+    header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    header.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+    header.set_entry_type(kind);
+    header.set_size(content.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    let mut bytes = header.as_bytes().to_vec();
+    bytes.extend_from_slice(content);
+    bytes.resize(bytes.len().div_ceil(512) * 512, 0);
+    bytes
+}
+
+/// Directory archives (decisions §9): `GET /files/archive` packs a tree (names relative to
+/// it, symlinks kept), `PUT /files/archive` recreates it elsewhere, and archives with escaping
+/// entries are refused naming the entry, with nothing outside the directory touched.
+pub(crate) async fn assert_archives(server: &TestServer, id: &str, dir: &str) {
+    let files = format!("/sandboxes/{id}/files");
+    let binary: Vec<u8> = (0..70_000u32).map(|i| (i * 13 % 256) as u8).collect();
+    for (path, content) in [("a.txt", b"alpha".to_vec()), ("sub/b.bin", binary.clone())] {
+        let written = server
+            .post(
+                &files,
+                json!({
+                    "path": format!("{dir}/src/{path}"),
+                    "content": base64::engine::general_purpose::STANDARD.encode(&content),
+                    "encoding": "base64",
+                }),
+            )
+            .await;
+        assert_eq!(written.status, 200, "{}", written.body);
+    }
+    let linked = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "ln -s a.txt l", "workdir": format!("{dir}/src")}),
+        )
+        .await;
+    assert_eq!(linked.body["exit_code"], 0, "{}", linked.body);
+    let (status, packed, content_type) =
+        raw(server, &format!("{files}/archive?path={dir}/src")).await;
+    assert_eq!((status, content_type.as_str()), (200, "application/x-tar"));
+    let mut seen = Vec::new();
+    let mut archive = tar::Archive::new(packed.as_slice());
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let kind = entry.header().entry_type();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut body).unwrap();
+        let link = entry
+            .link_name()
+            .unwrap()
+            .map(|l| l.to_string_lossy().into_owned());
+        seen.push((
+            name.trim_start_matches("./")
+                .trim_end_matches('/')
+                .to_owned(),
+            kind,
+            link,
+            body,
+        ));
+    }
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    let names: Vec<&str> = seen.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(
+        names,
+        ["", "a.txt", "l", "sub", "sub/b.bin"],
+        "names are relative to the directory"
+    );
+    assert_eq!(seen[1].3, b"alpha");
+    assert_eq!(
+        (seen[2].1, seen[2].2.as_deref()),
+        (tar::EntryType::Symlink, Some("a.txt"))
+    );
+    assert!(seen[3].1.is_dir());
+    assert!(seen[4].3 == binary);
+    // Recreated elsewhere (the directory is created), whole.
+    let put = server
+        .client
+        .put(server.url(&format!("{files}/archive?path={dir}/copy/here")))
+        .body(packed.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let answer: serde_json::Value = put.json().await.unwrap();
+    assert_eq!(answer, json!({"status": "extracted", "entries": 5}));
+    let (_, copied, _) = raw(server, &format!("{files}?path={dir}/copy/here/sub/b.bin")).await;
+    assert!(copied == binary);
+    let (_, through_link, _) = raw(server, &format!("{files}?path={dir}/copy/here/l")).await;
+    assert_eq!(through_link, b"alpha");
+    // Escaping archives: refused naming the entry; nothing lands outside.
+    let end = vec![0u8; 1024];
+    let good = raw_entry("fine.txt", tar::EntryType::Regular, "", b"fine");
+    for (bad, named) in [
+        (
+            raw_entry("../x", tar::EntryType::Regular, "", b"escaped"),
+            "../x",
+        ),
+        (
+            raw_entry("/abs.txt", tar::EntryType::Regular, "", b"escaped"),
+            "/abs.txt",
+        ),
+        (
+            raw_entry("evil", tar::EntryType::Symlink, "../../..", b""),
+            "evil",
+        ),
+        (raw_entry("hard", tar::EntryType::Link, "../x", b""), "hard"),
+    ] {
+        let body = [good.clone(), bad, end.clone()].concat();
+        let refused = server
+            .client
+            .put(server.url(&format!("{files}/archive?path={dir}/m")))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 400, "{named}");
+        let error: serde_json::Value = refused.json().await.unwrap();
+        assert_eq!(error["code"], "bad_request");
+        assert!(
+            error["message"].as_str().unwrap().contains(named),
+            "{error}"
+        );
+    }
+    for outside in [
+        format!("{dir}/x"),
+        "/abs.txt".to_owned(),
+        format!("{dir}/m/evil"),
+        format!("{dir}/m/hard"),
+    ] {
+        server
+            .get(&format!("{files}/stat?path={outside}"))
+            .await
+            .assert_error(404, "not_found");
+    }
+    let (status, ..) = raw(server, &format!("{files}/archive?path={dir}/src/a.txt")).await;
+    assert_eq!(status, 400, "a file is not a directory");
+    let (status, ..) = raw(server, &format!("{files}/archive?path={dir}/none")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn directory_archives_round_trip_and_refuse_escapes() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    assert_archives(&server, &id, "/data").await;
+    server.shutdown().await;
+}

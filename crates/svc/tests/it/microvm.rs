@@ -158,6 +158,7 @@ async fn a_qemu_sandbox_serves_exec_files_logs_and_snapshots() {
     assert!(snapshots.body[0]["created_at"].is_string());
     paths_stay_inside_the_guest(&server, &id).await;
     a_gigabyte_streams_out_of_the_guest(&server, &id).await;
+    crate::files::assert_archives(&server, &id, "/root").await;
     let destroyed = server.delete(&format!("/sandboxes/{id}")).await;
     assert_eq!(destroyed.status, 200, "{}", destroyed.body);
     let vm_dir = server.config.providers.qemu.data_dir.join(&id);

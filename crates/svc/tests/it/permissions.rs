@@ -79,6 +79,8 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("GET", "/sandboxes/{id}/files", 'R'),
     ("POST", "/sandboxes/{id}/files", 'L'),
     ("PUT", "/sandboxes/{id}/files", 'L'),
+    ("GET", "/sandboxes/{id}/files/archive", 'R'),
+    ("PUT", "/sandboxes/{id}/files/archive", 'L'),
     ("DELETE", "/sandboxes/{id}/files", 'L'),
     ("POST", "/sandboxes/{id}/files/chmod", 'L'),
     ("GET", "/sandboxes/{id}/files/glob", 'R'),
