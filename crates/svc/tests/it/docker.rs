@@ -888,3 +888,34 @@ async fn docker_stats_report_the_container_and_its_limit() {
         .assert_error(409, "conflict");
     finish(server, &docker).await;
 }
+
+/// Exec jobs on docker (decisions §8): records, signals, stdin and kill on running and ended
+/// execs, background execs and `on_disconnect`, the `lost` marker, and 50 MiB reassembled
+/// across reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_exec_jobs() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    crate::exec::assert_exec_records(&server, &id).await;
+    finish(server, &docker).await;
+    let Some((server, docker)) = docker_server(|c| {
+        c.defaults.default_exec_timeout = svc_core::GoDuration::from_millis(300);
+        c.exec.output_buffer_bytes = 32 << 20;
+    })
+    .await
+    else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    crate::exec::assert_background_execs(&server, &id).await;
+    crate::exec::assert_reconnects_reassemble(&server, &id, "/work").await;
+    finish(server, &docker).await;
+    let Some((server, docker)) = docker_server(|c| c.exec.output_buffer_bytes = 1000).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    crate::exec::assert_lost_output(&server, &id).await;
+    finish(server, &docker).await;
+}
