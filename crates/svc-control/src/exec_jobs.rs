@@ -41,7 +41,9 @@ impl Ring {
         }
     }
 
-    /// Appends; whole chunks go from the front while the rest still holds `capacity` bytes.
+    /// Appends, then drops from the front what exceeds `capacity` (the front chunk is cut
+    /// where needed), so exactly the last `capacity` bytes stay replayable whatever the
+    /// chunking.
     fn push(&mut self, data: Bytes) {
         if data.is_empty() {
             return;
@@ -57,6 +59,17 @@ impl Ring {
             }
             self.kept -= front;
             self.chunks.pop_front();
+        }
+        if self.kept > self.capacity {
+            let excess = self.kept - self.capacity;
+            if let Some((offset, front)) = self.chunks.front_mut() {
+                let cut = usize::try_from(excess)
+                    .unwrap_or(usize::MAX)
+                    .min(front.len());
+                *front = front.slice(cut..);
+                *offset += cut as u64;
+                self.kept -= cut as u64;
+            }
         }
     }
 
@@ -564,15 +577,26 @@ mod tests {
     }
 
     #[test]
-    fn a_ring_keeps_at_least_its_capacity_and_reports_what_it_dropped() {
+    fn a_ring_keeps_exactly_its_capacity_and_reports_what_it_dropped() {
         let mut ring = Ring::new(10);
         for chunk in ["abcd", "efgh", "ijkl", "mnop"] {
             ring.push(Bytes::from(chunk));
         }
-        // 16 bytes pushed; whole chunks go while at least 10 stay: "efgh" on is kept.
+        // 16 bytes pushed; the last 10 stay, the front chunk cut: "gh" on is kept.
         let (lost, chunks) = ring.since(0);
-        assert_eq!(lost, 4);
-        assert_eq!(chunks[0], (4, Bytes::from("efgh")));
+        assert_eq!(lost, 6);
+        assert_eq!(chunks[0], (6, Bytes::from("gh")));
+        let (lost, chunks) = ring.since(7);
+        assert_eq!(lost, 0);
+        assert_eq!(
+            chunks[0],
+            (7, Bytes::from("h")),
+            "a chunk cut at the offset"
+        );
+        // One chunk larger than the whole ring keeps only its tail.
+        let mut big = Ring::new(4);
+        big.push(Bytes::from("0123456789"));
+        assert_eq!(big.since(0), (6, vec![(6, Bytes::from("6789"))]));
         let (lost, chunks) = ring.since(6);
         assert_eq!(lost, 0);
         assert_eq!(
