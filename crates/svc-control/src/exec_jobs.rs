@@ -63,9 +63,14 @@ impl Ring {
         if self.kept > self.capacity {
             let excess = self.kept - self.capacity;
             if let Some((offset, front)) = self.chunks.front_mut() {
-                let cut = usize::try_from(excess)
+                let mut cut = usize::try_from(excess)
                     .unwrap_or(usize::MAX)
                     .min(front.len());
+                // Start on a character, so the replay's first line renders as the output did.
+                let limit = (cut + 3).min(front.len());
+                while cut < limit && front[cut] & 0xC0 == 0x80 {
+                    cut += 1;
+                }
                 *front = front.slice(cut..);
                 *offset += cut as u64;
                 self.kept -= cut as u64;
@@ -593,6 +598,10 @@ mod tests {
             (7, Bytes::from("h")),
             "a chunk cut at the offset"
         );
+        // A cut inside a character moves to its end.
+        let mut text = Ring::new(4);
+        text.push(Bytes::from("aé€"));
+        assert_eq!(text.since(0), (3, vec![(3, Bytes::from("€"))]));
         // One chunk larger than the whole ring keeps only its tail.
         let mut big = Ring::new(4);
         big.push(Bytes::from("0123456789"));
