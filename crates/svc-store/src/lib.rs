@@ -44,6 +44,24 @@ impl EndedState {
     }
 }
 
+/// One exec as kept for restarts (decisions §8): the API's record as JSON, and the provider's
+/// handle on the command when it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredExec {
+    /// `ex-...`.
+    pub exec_id: String,
+    /// The sandbox it runs in.
+    pub sandbox_id: SandboxId,
+    /// When it started (orders a sandbox's records).
+    pub started_at: Timestamp,
+    /// Whether it has ended.
+    pub ended: bool,
+    /// The provider's reference to the command (a docker exec ID).
+    pub handle: Option<String>,
+    /// The record, JSON.
+    pub record: String,
+}
+
 /// Result alias for store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -278,6 +296,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Total, active and expired leases at `now`, and active ones per holder.
     async fn lease_counts(&self, now: Timestamp) -> StoreResult<LeaseCounts>;
+
+    /// Saves an exec record (inserted or replaced). Saving an ended one also drops the
+    /// sandbox's ended records beyond the newest `keep_ended`.
+    async fn save_exec(&self, exec: &StoredExec, keep_ended: u32) -> StoreResult<()>;
+
+    /// The exec records of the running sandboxes `worker_id` holds, in one query.
+    async fn list_execs_on_worker(&self, worker_id: &str) -> StoreResult<Vec<StoredExec>>;
+
+    /// Forgets a sandbox's exec records; how many went.
+    async fn delete_execs(&self, sandbox_id: &SandboxId) -> StoreResult<u64>;
 
     /// Saves a new tenant. An existing ID is a [`StoreError::Conflict`].
     async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()>;

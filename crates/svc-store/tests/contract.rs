@@ -25,7 +25,9 @@ use svc_core::worker::{LeaseAcquire, WorkerCapacity, WorkerHeartbeat, WorkerStat
 use svc_core::{GoDuration, SandboxId, Timestamp};
 use svc_store::postgres::PgStore;
 use svc_store::sqlite::SqliteStore;
-use svc_store::{EndedState, SandboxFilter, StateFilter, Store, StoreError, StoreResult};
+use svc_store::{
+    EndedState, SandboxFilter, StateFilter, Store, StoreError, StoreResult, StoredExec,
+};
 
 /// A backend under test and whatever keeps it alive (a temporary directory, a schema).
 struct Backend {
@@ -1343,6 +1345,71 @@ async fn audit_ids(store: &dyn Store, filter: AuditFilter) -> Vec<String> {
         .collect()
 }
 
+fn stored_exec(sandbox: &Sandbox, n: u64, ended: bool) -> StoredExec {
+    StoredExec {
+        exec_id: format!("ex-{n:016x}"),
+        sandbox_id: sandbox.id.clone(),
+        started_at: at(n),
+        ended,
+        handle: (n % 2 == 0).then(|| format!("handle-{n}")),
+        record: format!("{{\"n\":{n},\"ended\":{ended}}}"),
+    }
+}
+
+async fn exec_records_are_kept_trimmed_and_listed_per_worker(store: &dyn Store) {
+    let ours = sandbox("alice", "docker", at(0));
+    let mut theirs = sandbox("bob", "docker", at(0));
+    theirs.worker_id = Some("elsewhere".into());
+    let gone = sandbox("carol", "docker", at(0));
+    for sb in [&ours, &theirs, &gone] {
+        store.insert_sandbox(sb).await.unwrap();
+    }
+    for n in 1..=4 {
+        store
+            .save_exec(&stored_exec(&ours, n, true), 2)
+            .await
+            .unwrap();
+    }
+    let running = stored_exec(&ours, 5, false);
+    store.save_exec(&running, 2).await.unwrap();
+    store
+        .save_exec(&stored_exec(&theirs, 6, true), 2)
+        .await
+        .unwrap();
+    store
+        .save_exec(&stored_exec(&gone, 7, true), 2)
+        .await
+        .unwrap();
+    destroy(store, &gone.id, at(10)).await.unwrap();
+    let listed = store.list_execs_on_worker("local").await.unwrap();
+    assert_eq!(
+        listed,
+        vec![
+            stored_exec(&ours, 3, true),
+            stored_exec(&ours, 4, true),
+            running.clone()
+        ],
+        "the 2 newest ended and the running one, oldest first; not other workers' or ended sandboxes'"
+    );
+    // The running one ends: replaced in place, and the oldest ended one goes.
+    let ended = stored_exec(&ours, 5, true);
+    store.save_exec(&ended, 2).await.unwrap();
+    assert_eq!(
+        store.list_execs_on_worker("local").await.unwrap(),
+        vec![stored_exec(&ours, 4, true), ended]
+    );
+    assert_eq!(store.delete_execs(&ours.id).await.unwrap(), 2);
+    assert!(store
+        .list_execs_on_worker("local")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.list_execs_on_worker("elsewhere").await.unwrap().len(),
+        1
+    );
+}
+
 async fn audit_log_filters_newest_first(store: &dyn Store) {
     assert!(store
         .list_audit(&audit_filter(100))
@@ -1586,6 +1653,7 @@ macro_rules! all_cases {
                 member_upsert_keeps_created_at,
                 policy_crud_and_order,
                 audit_log_filters_newest_first,
+                exec_records_are_kept_trimmed_and_listed_per_worker,
                 audit_limit_is_capped,
                 ping_answers,
             );

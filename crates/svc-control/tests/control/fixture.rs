@@ -462,6 +462,20 @@ impl Store for FaultyStore {
         self.write("delete_policy")?;
         self.inner.delete_policy(tenant_id, id).await
     }
+    async fn save_exec(&self, exec: &svc_store::StoredExec, keep_ended: u32) -> StoreResult<()> {
+        self.write("save_exec")?;
+        self.inner.save_exec(exec, keep_ended).await
+    }
+    async fn list_execs_on_worker(
+        &self,
+        worker_id: &str,
+    ) -> StoreResult<Vec<svc_store::StoredExec>> {
+        self.inner.list_execs_on_worker(worker_id).await
+    }
+    async fn delete_execs(&self, sandbox_id: &SandboxId) -> StoreResult<u64> {
+        self.write("delete_execs")?;
+        self.inner.delete_execs(sandbox_id).await
+    }
     async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
         self.write("insert_audit")?;
         self.inner.insert_audit(entry).await

@@ -9,8 +9,13 @@ use super::codec::{backend, execute, query_one};
 use crate::{StoreError, StoreResult};
 
 /// `(version, sql)`, in order; versions are 1-based and dense.
-const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("../../migrations/postgres/0001_schema.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/postgres/0001_schema.sql")),
+    (
+        2,
+        include_str!("../../migrations/postgres/0002_exec_records.sql"),
+    ),
+];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0073_7663_6d69_6772;

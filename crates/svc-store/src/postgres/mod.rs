@@ -8,6 +8,7 @@
 mod audit;
 mod codec;
 mod events;
+mod execs;
 mod migrate;
 mod pool;
 mod quotas;
@@ -34,7 +35,7 @@ use svc_core::{SandboxId, Timestamp};
 use crate::rows::{
     self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
 };
-use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult};
+use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
 use codec::{backend, count_at, execute, fetch_all, fetch_opt, insert, params, query, query_one};
 
 /// A store in a PostgreSQL database (or one schema of it).
@@ -812,6 +813,21 @@ impl Store for PgStore {
     async fn delete_policy(&self, tenant_id: &str, id: &str) -> StoreResult<bool> {
         let client = self.client("delete_policy").await?;
         tenants::delete_policy(&client, tenant_id, id).await
+    }
+
+    async fn save_exec(&self, exec: &StoredExec, keep_ended: u32) -> StoreResult<()> {
+        let client = self.client("save_exec").await?;
+        execs::save(&client, exec, keep_ended).await
+    }
+
+    async fn list_execs_on_worker(&self, worker_id: &str) -> StoreResult<Vec<StoredExec>> {
+        let client = self.client("list_execs_on_worker").await?;
+        execs::list_on_worker(&client, worker_id).await
+    }
+
+    async fn delete_execs(&self, sandbox_id: &SandboxId) -> StoreResult<u64> {
+        let client = self.client("delete_execs").await?;
+        execs::delete(&client, sandbox_id.as_str()).await
     }
 
     async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<()> {

@@ -5,6 +5,7 @@
 //! one column of its row type ([`Columns`]) and binding a [`Value`].
 
 mod audit;
+mod execs;
 mod quotas;
 mod sandboxes;
 mod tenants;
@@ -18,6 +19,7 @@ use svc_core::Timestamp;
 use crate::{StoreError, StoreResult};
 
 pub(crate) use audit::{AuditBounds, AuditRow, AUDIT_COLUMNS};
+pub(crate) use execs::{decode_exec, exec_values, EXEC_COLUMNS};
 pub(crate) use quotas::{quota_limits, AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
 pub(crate) use sandboxes::{
     SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,

@@ -36,6 +36,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../../migrations/sqlite/0007_tenants_policies_audit.sql"),
     ),
+    (
+        8,
+        include_str!("../../migrations/sqlite/0008_exec_records.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -4,6 +4,7 @@
 mod audit;
 mod codec;
 mod connections;
+mod execs;
 mod migrate;
 mod quotas;
 mod tenants;
@@ -26,7 +27,7 @@ use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat
 use svc_core::{SandboxId, Timestamp};
 
 use crate::rows::{self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
-use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult};
+use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
 use codec::read;
 use connections::Connections;
 
@@ -955,6 +956,31 @@ impl Store for SqliteStore {
             .write("delete_policy", move |conn| {
                 tenants::delete_policy(conn, &tenant, &id)
             })
+            .await
+    }
+
+    async fn save_exec(&self, exec: &StoredExec, keep_ended: u32) -> StoreResult<()> {
+        let exec = exec.clone();
+        self.connections
+            .write("save_exec", move |conn| {
+                execs::save(conn, &exec, keep_ended)
+            })
+            .await
+    }
+
+    async fn list_execs_on_worker(&self, worker_id: &str) -> StoreResult<Vec<StoredExec>> {
+        let worker = worker_id.to_owned();
+        self.connections
+            .read("list_execs_on_worker", move |conn| {
+                execs::list_on_worker(conn, &worker)
+            })
+            .await
+    }
+
+    async fn delete_execs(&self, sandbox_id: &SandboxId) -> StoreResult<u64> {
+        let sandbox = sandbox_id.to_string();
+        self.connections
+            .write("delete_execs", move |conn| execs::delete(conn, &sandbox))
             .await
     }
 
