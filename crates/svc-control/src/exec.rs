@@ -127,6 +127,10 @@ pub struct RunningExec {
     ended: bool,
     /// Dropped before its end, it runs on instead of being killed.
     keep_running: bool,
+    /// The copy that drives a command that runs on. Dropped before the end, the runtime is
+    /// going away (svc stops): the command is left as it is, to be found again after a
+    /// restart where the provider allows.
+    detached: bool,
 }
 
 fn event_data(exec_id: &ExecId, form: ExecForm, provider: &str) -> ExecEventData {
@@ -288,7 +292,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 impl Drop for RunningExec {
     fn drop(&mut self) {
-        if self.ended {
+        if self.ended || self.detached {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -315,6 +319,7 @@ impl Drop for RunningExec {
                 timed_out: self.timed_out,
                 ended: false,
                 keep_running: true,
+                detached: true,
             };
             self.ended = true;
             runtime.spawn(async move { while detached.next().await.is_some() {} });
@@ -436,6 +441,7 @@ impl ControlPlane {
             ended_at: None,
             stdout_bytes: 0,
             stderr_bytes: 0,
+            detail: None,
         };
         let stdin = command.stdin || command.background;
         let keep_running = command.background || command.keep_on_disconnect;
@@ -507,6 +513,7 @@ impl ControlPlane {
             timed_out: false,
             ended: false,
             keep_running,
+            detached: false,
         })
     }
 
@@ -647,6 +654,7 @@ mod tests {
             timed_out: false,
             ended: false,
             keep_running: false,
+            detached: false,
         };
         let begun = tokio::time::Instant::now();
         match running.next().await {

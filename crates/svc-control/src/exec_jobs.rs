@@ -20,7 +20,7 @@ use svc_provider::{ExecControl, Signal, StdStream};
 use crate::{ControlPlane, Principal};
 
 /// Ended execs kept per sandbox.
-const KEPT_ENDED: usize = 100;
+pub(crate) const KEPT_ENDED: usize = 100;
 
 /// The last bytes of one output stream, with their offsets in it.
 #[derive(Debug)]
@@ -38,6 +38,14 @@ impl Ring {
             kept: 0,
             total: 0,
             capacity: capacity.max(1),
+        }
+    }
+
+    /// A ring of a recovered exec, none of whose first `total` bytes are kept.
+    fn all_lost(capacity: u64, total: u64) -> Self {
+        Ring {
+            total,
+            ..Ring::new(capacity)
         }
     }
 
@@ -142,6 +150,8 @@ pub(crate) struct Job {
     stdin: bool,
     /// Set when svc decided to end it (the kill route), so its end counts as `killed`.
     kill_requested: std::sync::atomic::AtomicBool,
+    /// Where its record is saved at its start and end, once it is registered.
+    saver: std::sync::OnceLock<crate::exec_recovery::Saver>,
 }
 
 impl Job {
@@ -158,7 +168,60 @@ impl Job {
             control,
             stdin,
             kill_requested: std::sync::atomic::AtomicBool::new(false),
+            saver: std::sync::OnceLock::new(),
         })
+    }
+
+    /// A job recovered after a restart: its record as saved, no output kept (what it wrote is
+    /// all reported lost), and the control its provider could still give.
+    pub(crate) fn recovered(
+        record: ExecRecord,
+        control: Option<Arc<dyn ExecControl>>,
+        ring_bytes: u64,
+    ) -> Arc<Self> {
+        let rings = [
+            Ring::all_lost(ring_bytes, record.stdout_bytes),
+            Ring::all_lost(ring_bytes, record.stderr_bytes),
+        ];
+        let job = Job::new(record, control, false, ring_bytes);
+        *job.rings() = rings;
+        job
+    }
+
+    /// Its record as the store keeps it.
+    pub(crate) fn stored(&self) -> svc_store::StoredExec {
+        let record = self.snapshot();
+        svc_store::StoredExec {
+            exec_id: record.exec_id.to_string(),
+            sandbox_id: record.sandbox_id.clone(),
+            started_at: record.started_at,
+            ended: record.status != ExecStatus::Running,
+            handle: self.control.as_ref().and_then(|c| c.handle()),
+            record: serde_json::to_string(&record).unwrap_or_default(),
+        }
+    }
+
+    fn save(&self) {
+        if let Some(saver) = self.saver.get() {
+            saver.save(self);
+        }
+    }
+
+    /// Says what is not known of an exec svc lost sight of.
+    pub(crate) fn set_detail(&self, detail: &str) {
+        self.lock().detail = Some(detail.to_owned());
+    }
+
+    /// Ends a job that started before a restart and ended unseen.
+    pub(crate) fn end_unseen(
+        &self,
+        status: ExecStatus,
+        exit_code: Option<i32>,
+        at: Timestamp,
+        detail: &str,
+    ) {
+        self.set_detail(detail);
+        self.end(status, exit_code, at);
     }
 
     fn lock(&self) -> MutexGuard<'_, ExecRecord> {
@@ -199,13 +262,15 @@ impl Job {
         };
         {
             let mut record = self.lock();
-            if record.status == ExecStatus::Running {
-                record.status = status;
-                record.exit_code = exit_code;
-                record.ended_at = Some(at);
+            if record.status != ExecStatus::Running {
+                return;
             }
+            record.status = status;
+            record.exit_code = exit_code;
+            record.ended_at = Some(at);
         }
         self.changed.notify_waiters();
+        self.save();
     }
 
     /// What a follower at `offsets` has not seen: lost bytes and data per stream, then the
@@ -261,7 +326,7 @@ impl Job {
         self.lock().clone()
     }
 
-    fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.lock().status == ExecStatus::Running
     }
 }
@@ -270,6 +335,8 @@ impl Job {
 #[derive(Default)]
 pub(crate) struct ExecJobs {
     sandboxes: Mutex<HashMap<SandboxId, VecDeque<Arc<Job>>>>,
+    /// Saves records once [`crate::exec_recovery`] started it (the server does, at start-up).
+    saver: std::sync::OnceLock<crate::exec_recovery::Saver>,
 }
 
 impl ExecJobs {
@@ -278,8 +345,21 @@ impl ExecJobs {
         self.sandboxes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub(crate) fn saver(&self) -> Option<&crate::exec_recovery::Saver> {
+        self.saver.get()
+    }
+
+    /// Starts saving records with `saver`; the first call wins.
+    pub(crate) fn save_with(&self, saver: crate::exec_recovery::Saver) {
+        let _ = self.saver.set(saver);
+    }
+
     /// Adds an exec; the oldest ended ones beyond [`KEPT_ENDED`] go.
     pub(crate) fn add(&self, sandbox: &SandboxId, job: Arc<Job>) {
+        if let Some(saver) = self.saver.get() {
+            let _ = job.saver.set(saver.clone());
+            job.save();
+        }
         let mut sandboxes = self.lock();
         let jobs = sandboxes.entry(sandbox.clone()).or_default();
         jobs.push_back(job);
@@ -298,6 +378,9 @@ impl ExecJobs {
     /// The sandbox ended: its execs with it.
     pub(crate) fn forget(&self, sandbox: &SandboxId) {
         self.lock().remove(sandbox);
+        if let Some(saver) = self.saver.get() {
+            saver.forget(sandbox);
+        }
     }
 
     fn list(&self, sandbox: &SandboxId) -> Vec<ExecRecord> {
@@ -309,7 +392,7 @@ impl ExecJobs {
         jobs.iter().map(|job| job.snapshot()).collect()
     }
 
-    fn get(&self, sandbox: &SandboxId, exec: &ExecId) -> Option<Arc<Job>> {
+    pub(crate) fn get(&self, sandbox: &SandboxId, exec: &ExecId) -> Option<Arc<Job>> {
         self.lock()
             .get(sandbox)?
             .iter()
@@ -519,6 +602,7 @@ pub(crate) fn running_record(sandbox: &SandboxId) -> ExecRecord {
         ended_at: None,
         stdout_bytes: 0,
         stderr_bytes: 0,
+        detail: None,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod events;
 mod exec;
 mod exec_jobs;
+mod exec_recovery;
 mod files;
 mod held_leases;
 pub mod identity;

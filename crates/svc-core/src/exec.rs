@@ -118,6 +118,10 @@ pub struct ExecRecord {
     pub stdout_bytes: u64,
     /// Bytes it wrote to stderr so far.
     pub stderr_bytes: u64,
+    /// Present only when svc lost sight of the exec (a restart while it ran): what is and is
+    /// not known of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Parses a file mode: 1 to 4 octal digits (`755`, `0644`), optionally prefixed `0o`.

@@ -55,6 +55,22 @@ pub trait ExecControl: Send + Sync {
     async fn signal(&self, signal: Signal) -> Result<(), ProviderError>;
     /// Ends the command and everything it started; used on deadline and caller disconnect.
     async fn kill(&self) -> Result<(), ProviderError>;
+    /// The provider's own reference to the command, by which it can be found again after svc
+    /// restarts ([`crate::Provider::exec_state`]); `None` where commands end with svc.
+    fn handle(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A command started before svc restarted, as its provider sees it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecState {
+    /// Still running.
+    Running,
+    /// Ended with this exit code.
+    Exited(i32),
+    /// The provider no longer knows it.
+    Gone,
 }
 
 /// Output chunks in order; ends when the command's output is closed.

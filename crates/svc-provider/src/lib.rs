@@ -18,8 +18,8 @@ pub mod shell_files;
 
 pub use error::ProviderError;
 pub use exec::{
-    ExecChunk, ExecControl, ExecSession, ExecSpec, ExecUser, ExitStatus, OutputStream, Signal,
-    StdStream, TtySize,
+    ExecChunk, ExecControl, ExecSession, ExecSpec, ExecState, ExecUser, ExitStatus, OutputStream,
+    Signal, StdStream, TtySize,
 };
 pub use files::{ByteStream, FileInfo, Upload};
 pub use provider::{

@@ -7,7 +7,7 @@ use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId, Timestamp};
 
-use crate::{ByteStream, ExecSession, ExecSpec, FileInfo, ProviderError, Upload};
+use crate::{ByteStream, ExecSession, ExecSpec, ExecState, FileInfo, ProviderError, Upload};
 
 /// Label marking a runtime as svc's.
 pub const LABEL_MANAGED: &str = "dev.svc.managed";
@@ -196,6 +196,16 @@ pub trait Provider: Send + Sync + 'static {
     /// Starts a command; see [`ExecSession`].
     async fn exec(&self, _id: &SandboxId, _spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         Err(ProviderError::Unsupported { op: "exec" })
+    }
+
+    /// A command started before svc restarted, found by its [`crate::ExecControl::handle`]:
+    /// its state now, and a control that can still signal or kill it (stdin is gone).
+    async fn exec_state(
+        &self,
+        _id: &SandboxId,
+        _handle: &str,
+    ) -> Result<(ExecState, Option<std::sync::Arc<dyn crate::ExecControl>>), ProviderError> {
+        Ok((ExecState::Gone, None))
     }
 
     /// Writes a file (creating parent directories) with `mode`, streaming `content`.

@@ -1351,7 +1351,7 @@ fn stored_exec(sandbox: &Sandbox, n: u64, ended: bool) -> StoredExec {
         sandbox_id: sandbox.id.clone(),
         started_at: at(n),
         ended,
-        handle: (n % 2 == 0).then(|| format!("handle-{n}")),
+        handle: n.is_multiple_of(2).then(|| format!("handle-{n}")),
         record: format!("{{\"n\":{n},\"ended\":{ended}}}"),
     }
 }

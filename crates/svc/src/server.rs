@@ -120,6 +120,11 @@ pub async fn start_with_clock(
     {
         tracing::warn!(error = %err, "settling dead workers' sandboxes failed; retried after the next heartbeat");
     }
+    // Exec records of the sandboxes this worker now runs come back (running docker execs are
+    // followed again); from here on every record is saved.
+    if let Err(err) = plane.recover_execs(&svc_control::Principal::system()).await {
+        tracing::warn!(error = %err, "recovering exec records failed; earlier execs are not listed");
+    }
     tracing::info!(
         "authentication: {}",
         if plane.auth_enabled() {
@@ -180,6 +185,9 @@ async fn run(
             loops_stopped += 1;
         }
     }
+    plane
+        .flush_exec_records(std::time::Duration::from_secs(5))
+        .await;
     plane.close_store().await;
     tracing::info!(loops_stopped, "svc stopped");
     Ok(ShutdownReport {

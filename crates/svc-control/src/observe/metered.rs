@@ -11,8 +11,8 @@ use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 use svc_provider::{
-    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeFailure,
-    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, Upload,
+    ByteStream, ExecControl, ExecSession, ExecSpec, ExecState, FileInfo, Provider, ProviderError,
+    RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, Upload,
 };
 
 use super::operations::OperationMetrics;
@@ -106,6 +106,14 @@ impl Provider for Metered {
 
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         self.inner.exec(id, spec).await
+    }
+
+    async fn exec_state(
+        &self,
+        id: &SandboxId,
+        handle: &str,
+    ) -> Result<(ExecState, Option<Arc<dyn ExecControl>>), ProviderError> {
+        self.inner.exec_state(id, handle).await
     }
 
     async fn write_file(

@@ -7,8 +7,9 @@ use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 use svc_provider::{
-    ByteStream, ExecSession, ExecSpec, ExecUser, FileInfo, Provider, ProviderError, RuntimeFailure,
-    RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec, Upload, LABEL_POOL,
+    ByteStream, ExecControl, ExecSession, ExecSpec, ExecState, ExecUser, FileInfo, Provider,
+    ProviderError, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo,
+    SpawnSpec, Upload, LABEL_POOL,
 };
 
 use svc_provider::shell_files::ShellFiles;
@@ -391,6 +392,17 @@ impl Provider for Pool {
                 },
             )
             .await
+    }
+
+    async fn exec_state(
+        &self,
+        id: &SandboxId,
+        handle: &str,
+    ) -> Result<(ExecState, Option<std::sync::Arc<dyn ExecControl>>), ProviderError> {
+        match self.logical(id).await? {
+            Some(place) => self.inner.exec_state(&place.vm, handle).await,
+            None => self.inner.exec_state(id, handle).await,
+        }
     }
 
     async fn write_file(

@@ -18,10 +18,10 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::errors::{container_error, engine_error};
+use super::errors::{container_error, engine_error, status_of};
 use crate::{
-    ExecChunk, ExecControl, ExecSession, ExecSpec, ExitStatus, ProviderError, Signal, StdStream,
-    TtySize,
+    ExecChunk, ExecControl, ExecSession, ExecSpec, ExecState, ExitStatus, ProviderError, Signal,
+    StdStream, TtySize,
 };
 
 const CHANNEL_DEPTH: usize = 8;
@@ -87,6 +87,31 @@ impl DockerControl {
             None => Ok(None),
         }
     }
+}
+
+/// An exec started before svc restarted: its state, and a control that can still signal and
+/// kill it (its stdin went with the old connection).
+pub(super) async fn reattach(
+    docker: &Docker,
+    exec_id: &str,
+) -> Result<(ExecState, Option<Arc<dyn ExecControl>>), ProviderError> {
+    let inspect = match docker.inspect_exec(exec_id).await {
+        Ok(inspect) => inspect,
+        Err(err) if status_of(&err) == Some(404) => return Ok((ExecState::Gone, None)),
+        Err(err) => return Err(engine_error("inspecting the exec", &err)),
+    };
+    let state = match (inspect.running, inspect.exit_code) {
+        (Some(true), _) => ExecState::Running,
+        (_, Some(code)) => ExecState::Exited(i32::try_from(code).unwrap_or(-1)),
+        _ => ExecState::Gone,
+    };
+    let control: Arc<dyn ExecControl> = Arc::new(DockerControl {
+        docker: docker.clone(),
+        exec_id: exec_id.to_owned(),
+        input: Mutex::new(None),
+        tty: false,
+    });
+    Ok((state, (state == ExecState::Running).then_some(control)))
 }
 
 /// Every process below `root` on this host, deepest last, found through `/proc`.
@@ -189,6 +214,10 @@ impl ExecControl for DockerControl {
             crate::process::signal_process(process, Signal::Kill)?;
         }
         Ok(())
+    }
+
+    fn handle(&self) -> Option<String> {
+        Some(self.exec_id.clone())
     }
 }
 

@@ -30,8 +30,8 @@ use svc_core::{Capability, SandboxId};
 
 use self::errors::{container_error, engine_error, status_of};
 use crate::{
-    ByteStream, ExecSession, ExecSpec, FileInfo, Provider, ProviderError, RuntimeInfo,
-    RuntimeStatus, SandboxStats, SpawnSpec, Upload, LABEL_MANAGED, LABEL_SANDBOX_ID,
+    ByteStream, ExecControl, ExecSession, ExecSpec, ExecState, FileInfo, Provider, ProviderError,
+    RuntimeInfo, RuntimeStatus, SandboxStats, SpawnSpec, Upload, LABEL_MANAGED, LABEL_SANDBOX_ID,
 };
 
 /// Capabilities a multi-user container (a pool VM) keeps for its root: making workspaces
@@ -500,6 +500,14 @@ impl Provider for DockerProvider {
             &spec,
         )
         .await
+    }
+
+    async fn exec_state(
+        &self,
+        _id: &SandboxId,
+        handle: &str,
+    ) -> Result<(ExecState, Option<std::sync::Arc<dyn ExecControl>>), ProviderError> {
+        exec::reattach(&self.client().await?, handle).await
     }
 
     async fn write_file(

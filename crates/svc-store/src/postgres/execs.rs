@@ -30,7 +30,7 @@ pub(super) async fn save<C: GenericClient>(
             OP,
             "DELETE FROM exec_records WHERE sandbox_id = $1 AND ended AND exec_id NOT IN \
              (SELECT exec_id FROM exec_records WHERE sandbox_id = $1 AND ended \
-              ORDER BY started_at DESC LIMIT $2)",
+              ORDER BY started_at DESC, seq DESC LIMIT $2)",
             &[&sandbox_id, &i64::from(keep_ended)],
         )
         .await?;
@@ -48,7 +48,7 @@ pub(super) async fn list_on_worker<C: GenericClient>(
         OP,
         "SELECT e.exec_id, e.sandbox_id, e.started_at, e.ended, e.handle, e.record \
          FROM exec_records e JOIN sandboxes s ON s.id = e.sandbox_id \
-         WHERE s.worker_id = $1 AND s.state = 'running' ORDER BY e.started_at",
+         WHERE s.worker_id = $1 AND s.state = 'running' ORDER BY e.started_at, e.seq",
         &[&worker_id],
     )
     .await?;

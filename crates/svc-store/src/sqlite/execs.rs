@@ -24,7 +24,7 @@ pub(super) fn save(conn: &Connection, exec: &StoredExec, keep_ended: u32) -> Sto
         conn.prepare_cached(
             "DELETE FROM exec_records WHERE sandbox_id = ?1 AND ended = 1 AND exec_id NOT IN \
              (SELECT exec_id FROM exec_records WHERE sandbox_id = ?1 AND ended = 1 \
-              ORDER BY started_at DESC LIMIT ?2)",
+              ORDER BY started_at DESC, seq DESC LIMIT ?2)",
         )
         .and_then(|mut stmt| stmt.execute(rusqlite::params![sandbox_id, keep_ended]))
         .map_err(backend(OP))?;
@@ -38,7 +38,7 @@ pub(super) fn list_on_worker(conn: &Connection, worker_id: &str) -> StoreResult<
         .prepare_cached(
             "SELECT e.exec_id, e.sandbox_id, e.started_at, e.ended, e.handle, e.record \
              FROM exec_records e JOIN sandboxes s ON s.id = e.sandbox_id \
-             WHERE s.worker_id = ?1 AND s.state = 'running' ORDER BY e.started_at",
+             WHERE s.worker_id = ?1 AND s.state = 'running' ORDER BY e.started_at, e.seq",
         )
         .map_err(backend(OP))?;
     let rows = stmt

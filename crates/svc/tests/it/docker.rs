@@ -919,3 +919,71 @@ async fn docker_exec_jobs() {
     crate::exec::assert_lost_output(&server, &id).await;
     finish(server, &docker).await;
 }
+
+/// After a restart, a docker sandbox's background execs are listed again (decisions §8): one
+/// still running (and killable), one that ended while svc was away with its exit code, one
+/// that ends later followed to its exit code, and an ended one as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_exec_records_survive_a_restart() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    let execs = format!("/sandboxes/{id}/execs");
+    let start = |command: &str| {
+        let body = json!({"command": command, "background": true});
+        let server = &server;
+        let id = &id;
+        async move {
+            let reply = server.post(&format!("/sandboxes/{id}/exec"), body).await;
+            assert_eq!(reply.status, 202, "{}", reply.body);
+            reply.body["exec_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let done = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "exit 3"}),
+        )
+        .await
+        .body["exec_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let long = start("sleep 1000").await;
+    let soon = start("sleep 1; exit 4").await;
+    let later = start("sleep 6; exit 5").await;
+    let server = server.restart().await;
+    let record = |exec: String| {
+        let server = &server;
+        let execs = &execs;
+        async move { server.get(&format!("{execs}/{exec}")).await.body }
+    };
+    let long_record = record(long.clone()).await;
+    assert_eq!(long_record["status"], "running", "{long_record}");
+    assert_eq!(long_record["background"], true);
+    assert!(long_record["detail"].is_string(), "{long_record}");
+    assert_eq!(record(done.clone()).await["exit_code"], 3);
+    crate::harness::wait_for("the execs to end", Duration::from_secs(30), || async {
+        let soon = record(soon.clone()).await;
+        let later = record(later.clone()).await;
+        (
+            soon["status"].as_str(),
+            soon["exit_code"].as_i64(),
+            later["status"].as_str(),
+            later["exit_code"].as_i64(),
+        ) == (Some("exited"), Some(4), Some("exited"), Some(5))
+    })
+    .await;
+    let killed = server.delete(&format!("{execs}/{long}")).await;
+    assert_eq!(
+        killed.body,
+        json!({"status": "killed"}),
+        "a recovered exec can still be killed"
+    );
+    crate::harness::wait_for("the kill", Duration::from_secs(10), || async {
+        record(long.clone()).await["status"] == "killed"
+    })
+    .await;
+    finish(server, &docker).await;
+}

@@ -1060,3 +1060,76 @@ async fn fifty_mib_reassemble_across_reconnects() {
     assert_reconnects_reassemble(&server, &id, "/data").await;
     server.shutdown().await;
 }
+
+/// Exec records survive a restart (decisions §8): ended ones as they were (their output
+/// reported lost), and a running mock exec, whose process cannot outlive svc, marked rather
+/// than dropped; the routes that act on running execs answer 409 for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_records_survive_a_restart() {
+    let server = TestServer::start().await;
+    let id = sandbox(&server).await;
+    let execs = format!("/sandboxes/{id}/execs");
+    let ended = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "printf abc; exit 3"}),
+        )
+        .await
+        .body["exec_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let running = background(
+        &server,
+        &id,
+        json!({"command": "sleep 1000", "background": true}),
+    )
+    .await;
+    let before = server.get(&execs).await.body;
+    let server = server.restart().await;
+    let after = server.get(&execs).await.body;
+    assert_eq!(after.as_array().unwrap().len(), 2, "{after}");
+    assert_eq!(after[1], before[1], "an ended record comes back as it was");
+    let lost = &after[0];
+    assert_eq!(lost["exec_id"], running.as_str());
+    assert_eq!(lost["status"], "killed", "{lost}");
+    assert!(lost["ended_at"].is_string());
+    assert!(
+        lost["detail"].as_str().unwrap().contains("restarted"),
+        "{lost}"
+    );
+    assert!(
+        before[0].get("detail").is_none(),
+        "no detail while nothing is lost"
+    );
+    let replay = server
+        .client
+        .get(server.url(&format!("{execs}/{ended}/output?follow=false")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let lines: Vec<Value> = replay
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0], json!({"stream": "stdout", "lost": 3}));
+    assert_eq!(lines[1]["exit_code"], 3);
+    server
+        .delete(&format!("{execs}/{running}"))
+        .await
+        .assert_error(409, "conflict");
+    // New execs are listed first, and everything survives a second restart.
+    let newer = server
+        .post(&format!("/sandboxes/{id}/exec"), json!({"command": "true"}))
+        .await;
+    assert_eq!(newer.status, 200);
+    let listed = server.get(&execs).await.body;
+    let server = server.restart().await;
+    assert_eq!(server.get(&execs).await.body, listed);
+    assert_eq!(listed[0]["exec_id"], newer.body["exec_id"]);
+    server.delete(&format!("/sandboxes/{id}")).await;
+    server.shutdown().await;
+}
