@@ -228,8 +228,8 @@ pub trait Provider: Send + Sync + 'static {
         Err(ProviderError::Unsupported { op: "read_file" })
     }
 
-    /// Streams directory `dir` as a tar archive whose names are relative to it (`./`, `./a`,
-    /// `./sub/`); symlinks are stored, not followed.
+    /// Streams directory `dir` as a tar archive whose names are relative to it (`./`, then `a`
+    /// or `./a`, `sub/` or `./sub/`); symlinks are stored, not followed.
     async fn read_archive(
         &self,
         _id: &SandboxId,

@@ -102,7 +102,7 @@ fn walk(builder: &mut tar::Builder<ChannelWriter>, dir: &Dir, prefix: &str) -> s
     Ok(())
 }
 
-/// Streams `dir` as a tar archive, names relative to it (`./`, `./a`, `./sub/`).
+/// Streams `dir` as a tar archive, names relative to it (`./`, `a`, `sub/`).
 pub(super) async fn pack(
     sandbox_dir: PathBuf,
     dir: SandboxPath,
