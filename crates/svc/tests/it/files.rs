@@ -605,6 +605,19 @@ pub(crate) async fn assert_streamed_uploads(server: &TestServer, id: &str, dir: 
             .contains("server.max_upload_bytes"),
         "{body}"
     );
+    // The limit bounds a tar body too.
+    let (status, body) = put(
+        server,
+        &format!("{files}/archive?path={dir}/tree"),
+        known_body(9, None),
+        Some(9 << 20),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{body}"
+    );
     // Over the limit, chunked: refused when the count passes it.
     let (status, body) = put(
         server,
