@@ -1,5 +1,7 @@
-//! The command line (decisions §16): `serve`, `openapi`, `config lint`, `doctor`, `db`, `worker`.
+//! The command line (decisions §16, §19): `serve`, `openapi`, `config lint`, `doctor`, `db`,
+//! `worker`, and the client commands `sandbox` and `exec`.
 
+mod client;
 mod config;
 mod db;
 mod doctor;
@@ -18,6 +20,8 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    client: client::ClientArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,6 +59,13 @@ enum Command {
         #[command(subcommand)]
         command: DbCommand,
     },
+    /// Sandboxes on a running server: create, ls, get, rm, extend.
+    Sandbox {
+        #[command(subcommand)]
+        command: client::SandboxCommand,
+    },
+    /// Runs a command in a sandbox, streaming its output; exits with its exit code.
+    Exec(client::ExecArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,5 +116,9 @@ pub fn main() -> ExitCode {
         Command::Db {
             command: DbCommand::PgRehearse { config },
         } => db::rehearse(config.as_deref()),
+        Command::Sandbox { command } => {
+            client::run(cli.client, |api| client::sandbox::run(api, command))
+        }
+        Command::Exec(args) => client::run(cli.client, |api| client::exec::run(api, args)),
     }
 }

@@ -674,3 +674,117 @@ async fn doctor_reports_each_check_and_fails_on_any_failure() {
         "doctor creates no database"
     );
 }
+
+/// The command-line client (decisions §19): `svc sandbox ...` with tables and `--json`, the
+/// server from `--url` or `SVC_URL`, the server's code and message on a refusal, and
+/// `svc exec` streaming output as it comes and exiting with the command's exit code.
+#[test]
+fn the_client_manages_sandboxes_and_runs_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = serve_in(dir.path(), port).spawn().unwrap();
+    wait_until_serving(port);
+    let url = format!("http://127.0.0.1:{port}");
+    let client = |args: &[&str]| {
+        let mut command = svc();
+        command.env("SVC_URL", &url).args(args);
+        command.output().unwrap()
+    };
+    let created = svc()
+        .args([
+            "sandbox",
+            "create",
+            "--env",
+            "GREETING=hi",
+            "--json",
+            "--url",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let sandbox: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    assert_eq!(sandbox["state"], "running");
+
+    let listed = client(&["sandbox", "ls"]);
+    let table = String::from_utf8(listed.stdout).unwrap();
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("running")),
+        "{table}"
+    );
+    let listed = client(&["--json", "sandbox", "ls"]);
+    let array: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(
+        array[0]["id"],
+        id.as_str(),
+        "lists print the server's array"
+    );
+
+    // A refusal prints the server's code and message and fails.
+    let missing = client(&["sandbox", "get", "sb-0000000000000000"]);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8(missing.stderr).unwrap();
+    assert!(
+        stderr.contains("not_found") && stderr.contains("sb-0000000000000000"),
+        "{stderr}"
+    );
+
+    // Exit codes and streams pass through; one word runs through the shell, more as argv.
+    let ran = client(&[
+        "exec",
+        &id,
+        "--",
+        "printf \"$GREETING\"; printf err >&2; exit 7",
+    ]);
+    assert_eq!(ran.status.code(), Some(7));
+    assert_eq!(ran.stdout, b"hi");
+    assert_eq!(ran.stderr, b"err");
+    let argv = client(&["exec", &id, "--", "printf", "%s-%s", "a b", "c"]);
+    assert_eq!(
+        (argv.status.code(), argv.stdout.as_slice()),
+        (Some(0), b"a b-c".as_slice())
+    );
+
+    // Output arrives while the command still runs.
+    let mut streaming = svc()
+        .env("SVC_URL", &url)
+        .args(["exec", &id, "--", "echo first; sleep 3; echo second"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut stdout = std::io::BufReader::new(streaming.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert_eq!(first, "first\n");
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(2500),
+        "the first line came only after {:?}",
+        started.elapsed()
+    );
+    assert!(streaming.wait().unwrap().success());
+
+    let extended = client(&["sandbox", "extend", &id, "--ttl", "2h", "--json"]);
+    assert!(
+        extended.status.success(),
+        "{}",
+        String::from_utf8_lossy(&extended.stderr)
+    );
+    let removed = client(&["sandbox", "rm", &id]);
+    assert_eq!(
+        String::from_utf8(removed.stdout).unwrap(),
+        format!("{id}\n")
+    );
+    let gone = client(&["--json", "sandbox", "get", &id]);
+    let record: serde_json::Value = serde_json::from_slice(&gone.stdout).unwrap();
+    assert_eq!(record["state"], "destroyed");
+    stop(server);
+}

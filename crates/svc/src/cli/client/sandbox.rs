@@ -1,0 +1,202 @@
+//! `svc sandbox create|ls|get|rm|extend`.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use super::{print_json, print_table, Api, ClientError};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SandboxCommand {
+    /// Creates a sandbox and prints it.
+    Create {
+        /// Image (default: the server's).
+        #[arg(long)]
+        image: Option<String>,
+        /// Provider (default: the server's).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Template to start from.
+        #[arg(long)]
+        template: Option<String>,
+        /// Memory in MiB.
+        #[arg(long)]
+        memory_mb: Option<u32>,
+        /// Virtual CPUs.
+        #[arg(long)]
+        vcpus: Option<u32>,
+        /// Time to live (`30m`, `2h`).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Network mode.
+        #[arg(long)]
+        network: Option<String>,
+        /// Environment variable `KEY=VALUE` (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// Metadata `KEY=VALUE` (repeatable).
+        #[arg(long = "metadata", value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+    },
+    /// Lists sandboxes.
+    #[command(alias = "list")]
+    Ls {
+        /// `running`, `destroyed`, `error`, `creating` or `all` (default: the server's).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this owner's.
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// Prints one sandbox.
+    Get {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// Destroys sandboxes.
+    #[command(alias = "destroy")]
+    Rm {
+        /// Sandbox IDs.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Gives a sandbox a new time to live, counted from now.
+    Extend {
+        /// Sandbox ID.
+        id: String,
+        /// The new time to live (`1h`).
+        #[arg(long)]
+        ttl: String,
+    },
+}
+
+fn pairs(field: &str, items: &[String]) -> Result<Map<String, Value>, ClientError> {
+    items
+        .iter()
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                .ok_or_else(|| {
+                    ClientError::Transport(format!("--{field} {item}: expected KEY=VALUE"))
+                })
+        })
+        .collect()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn row(sandbox: &Value) -> Vec<String> {
+    ["id", "state", "provider", "image", "owner_id", "expires_at"]
+        .iter()
+        .map(|field| text(&sandbox[*field]))
+        .collect()
+}
+
+const HEADERS: [&str; 6] = ["ID", "STATE", "PROVIDER", "IMAGE", "OWNER", "EXPIRES"];
+
+fn print_sandboxes(api: &Api, answer: &Value) {
+    if api.json() {
+        return print_json(answer);
+    }
+    let rows: Vec<Vec<String>> = match answer {
+        Value::Array(items) => items.iter().map(row).collect(),
+        one => vec![row(one)],
+    };
+    print_table(&HEADERS, &rows);
+}
+
+pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, ClientError> {
+    match command {
+        SandboxCommand::Create {
+            image,
+            provider,
+            template,
+            memory_mb,
+            vcpus,
+            ttl,
+            network,
+            env,
+            metadata,
+        } => {
+            let mut body = Map::new();
+            let mut set = |key: &str, value: Option<Value>| {
+                if let Some(value) = value {
+                    body.insert(key.to_owned(), value);
+                }
+            };
+            set("image", image.map(Value::from));
+            set("provider", provider.map(Value::from));
+            set("template", template.map(Value::from));
+            set("memory_mb", memory_mb.map(Value::from));
+            set("vcpus", vcpus.map(Value::from));
+            set("ttl", ttl.map(Value::from));
+            set("network", network.map(Value::from));
+            let env = pairs("env", &env)?;
+            set("env", (!env.is_empty()).then_some(Value::Object(env)));
+            let metadata = pairs("metadata", &metadata)?;
+            set(
+                "metadata",
+                (!metadata.is_empty()).then_some(Value::Object(metadata)),
+            );
+            let created = api
+                .call(api.request(Method::POST, "/sandboxes").json(&body))
+                .await?;
+            print_sandboxes(&api, &created);
+        }
+        SandboxCommand::Ls { state, owner } => {
+            let mut query = Vec::new();
+            if let Some(state) = state {
+                query.push(("state", state));
+            }
+            if let Some(owner) = owner {
+                query.push(("owner_id", owner));
+            }
+            let listed = api
+                .call(api.request(Method::GET, "/sandboxes").query(&query))
+                .await?;
+            print_sandboxes(&api, &listed);
+        }
+        SandboxCommand::Get { id } => {
+            let sandbox = api
+                .call(api.request(Method::GET, &format!("/sandboxes/{id}")))
+                .await?;
+            print_sandboxes(&api, &sandbox);
+        }
+        SandboxCommand::Rm { ids } => {
+            let mut answers = Vec::new();
+            for id in &ids {
+                let answer = api
+                    .call(api.request(Method::DELETE, &format!("/sandboxes/{id}")))
+                    .await?;
+                if !api.json() {
+                    println!("{id}");
+                }
+                answers.push(answer);
+            }
+            if api.json() {
+                print_json(&match answers.len() {
+                    1 => answers.remove(0),
+                    _ => Value::Array(answers),
+                });
+            }
+        }
+        SandboxCommand::Extend { id, ttl } => {
+            let extended = api
+                .call(
+                    api.request(Method::POST, &format!("/sandboxes/{id}/extend"))
+                        .json(&json!({ "ttl": ttl })),
+                )
+                .await?;
+            print_sandboxes(&api, &extended);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
