@@ -25,6 +25,10 @@ use svc_core::config::{Config, ConfigProblem};
 pub const DEFAULT_CONFIG_FILE: &str = "svc.yaml";
 /// Prefix of environment variables that override keys.
 pub const ENV_PREFIX: &str = "SVC_";
+
+/// The command-line client's own variables (decisions §19): not configuration keys, and no
+/// reason to warn when the server finds them set.
+const CLIENT_VARS: [&str; 3] = ["SVC_URL", "SVC_API_KEY", "SVC_TOKEN"];
 /// Separator between key levels in an environment variable name.
 const ENV_LEVEL_SEPARATOR: &str = "__";
 
@@ -138,7 +142,7 @@ pub fn load_config_from_sources(
 
     let mut sorted_env: Vec<&(String, String)> = env
         .iter()
-        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX) && !CLIENT_VARS.contains(&name.as_str()))
         .collect();
     // Deterministic when two spellings (`SVC_X` and `SVC_x`) name the same key.
     sorted_env.sort();
@@ -562,6 +566,9 @@ mod tests {
                 ("SVC_", "x"),
                 ("SVC_SERVER____PORT", "1"),
                 ("PATH", "/bin"),
+                ("SVC_URL", "http://elsewhere:7423"),
+                ("SVC_API_KEY", "k"),
+                ("SVC_TOKEN", "t"),
             ]),
         )
         .unwrap();
