@@ -1,5 +1,5 @@
 //! The command line (decisions §16, §19): `serve`, `openapi`, `config lint`, `doctor`, `db`,
-//! `worker`, and the client commands `sandbox` and `exec`.
+//! `worker`, and the client commands `sandbox`, `exec`, `template`, `quota` and `events`.
 
 mod client;
 mod config;
@@ -66,6 +66,18 @@ enum Command {
     },
     /// Runs a command in a sandbox, streaming its output; exits with its exit code.
     Exec(client::ExecArgs),
+    /// Templates on a running server: create, ls, get, update, rm, spawn.
+    Template {
+        #[command(subcommand)]
+        command: client::TemplateCommand,
+    },
+    /// Owner quotas on a running server: ls, get, set, rm, usage.
+    Quota {
+        #[command(subcommand)]
+        command: client::QuotaCommand,
+    },
+    /// Follows the server's events, one line each.
+    Events(client::EventsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -120,5 +132,12 @@ pub fn main() -> ExitCode {
             client::run(cli.client, |api| client::sandbox::run(api, command))
         }
         Command::Exec(args) => client::run(cli.client, |api| client::exec::run(api, args)),
+        Command::Template { command } => {
+            client::run(cli.client, |api| client::template::run(api, command))
+        }
+        Command::Quota { command } => {
+            client::run(cli.client, |api| client::quota::run(api, command))
+        }
+        Command::Events(args) => client::run(cli.client, |api| client::events::run(api, args)),
     }
 }

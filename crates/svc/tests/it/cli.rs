@@ -788,3 +788,77 @@ fn the_client_manages_sandboxes_and_runs_commands() {
     assert_eq!(record["state"], "destroyed");
     stop(server);
 }
+
+/// `svc template`, `svc quota` and `svc events` against a served binary (decisions §19).
+#[test]
+fn the_client_manages_templates_and_quotas_and_follows_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = serve_in(dir.path(), port).spawn().unwrap();
+    wait_until_serving(port);
+    let url = format!("http://127.0.0.1:{port}");
+    let client = |args: &[&str]| {
+        let output = svc().env("SVC_URL", &url).args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let json = |text: String| -> serde_json::Value { serde_json::from_str(&text).unwrap() };
+
+    let mut events = svc()
+        .env("SVC_URL", &url)
+        .args(["events", "--types", "sandbox.created", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let template = json(client(&[
+        "template",
+        "create",
+        "py",
+        "--image",
+        "alpine:latest",
+        "--provider",
+        "mock",
+        "--ttl",
+        "10m",
+        "--json",
+    ]));
+    assert_eq!(template["name"], "py");
+    assert!(client(&["template", "ls"])
+        .lines()
+        .any(|l| l.starts_with("py ")));
+    let sandbox = json(client(&["template", "spawn", "py", "--json"]));
+    assert_eq!(sandbox["state"], "running");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(events.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let event = json(line);
+    assert_eq!(event["type"], "sandbox.created");
+    assert_eq!(event["sandbox_id"], sandbox["id"]);
+    events.kill().unwrap();
+    let _ = events.wait();
+
+    let quota = json(client(&[
+        "quota",
+        "set",
+        "alice",
+        "--max-sandboxes",
+        "2",
+        "--max-ttl",
+        "1h",
+        "--json",
+    ]));
+    assert_eq!(quota["max_sandboxes"], 2);
+    assert!(client(&["quota", "ls"])
+        .lines()
+        .any(|l| l.starts_with("alice ")));
+    assert_eq!(client(&["quota", "rm", "alice"]), "alice\n");
+    assert_eq!(client(&["template", "rm", "py"]), "py\n");
+    stop(server);
+}

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{Api, ClientError};
+use super::{pairs, Api, ClientError};
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
@@ -43,14 +43,7 @@ fn body(args: &ExecArgs) -> Result<Value, ClientError> {
     }
     body.insert("stream".into(), json!(true));
     if !args.env.is_empty() {
-        let mut env = Map::new();
-        for pair in &args.env {
-            let (key, value) = pair.split_once('=').ok_or_else(|| {
-                ClientError::Transport(format!("--env {pair}: expected KEY=VALUE"))
-            })?;
-            env.insert(key.to_owned(), json!(value));
-        }
-        body.insert("env".into(), Value::Object(env));
+        body.insert("env".into(), Value::Object(pairs("env", &args.env)?));
     }
     if let Some(workdir) = &args.workdir {
         body.insert("workdir".into(), json!(workdir));

@@ -3,8 +3,11 @@
 //! `SVC_API_KEY`, `SVC_TOKEN` (flags win); answers print as tables, or with `--json` as the
 //! server's JSON as it answered; a refused request prints the server's code and message.
 
+pub(crate) mod events;
 pub(crate) mod exec;
+pub(crate) mod quota;
 pub(crate) mod sandbox;
+pub(crate) mod template;
 
 use std::process::ExitCode;
 
@@ -12,8 +15,11 @@ use clap::Args;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+pub(crate) use events::EventsArgs;
 pub(crate) use exec::ExecArgs;
+pub(crate) use quota::QuotaCommand;
 pub(crate) use sandbox::SandboxCommand;
+pub(crate) use template::TemplateCommand;
 
 /// The default server.
 const DEFAULT_URL: &str = "http://127.0.0.1:7423";
@@ -148,6 +154,52 @@ pub(crate) fn print_json(value: &Value) {
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );
+}
+
+/// A field as a table cell (`-` for null).
+pub(crate) fn cell(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints an answer (an object, or an array of them): with `--json` as the server gave it,
+/// otherwise as a table of `columns` (`(header, field)`).
+pub(crate) fn print_answer(api: &Api, answer: &Value, columns: &[(&str, &str)]) {
+    if api.json() {
+        return print_json(answer);
+    }
+    let row = |item: &Value| -> Vec<String> {
+        columns
+            .iter()
+            .map(|(_, field)| cell(&item[*field]))
+            .collect()
+    };
+    let rows: Vec<Vec<String>> = match answer {
+        Value::Array(items) => items.iter().map(row).collect(),
+        one => vec![row(one)],
+    };
+    let headers: Vec<&str> = columns.iter().map(|(header, _)| *header).collect();
+    print_table(&headers, &rows);
+}
+
+/// `KEY=VALUE` items as a JSON object, naming the flag on a malformed one.
+pub(crate) fn pairs(
+    flag: &str,
+    items: &[String],
+) -> Result<serde_json::Map<String, Value>, ClientError> {
+    items
+        .iter()
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                .ok_or_else(|| {
+                    ClientError::Transport(format!("--{flag} {item}: expected KEY=VALUE"))
+                })
+        })
+        .collect()
 }
 
 /// Prints rows under `headers`, columns padded to their widest cell.

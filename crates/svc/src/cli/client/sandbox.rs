@@ -6,7 +6,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{print_json, print_table, Api, ClientError};
+use super::{pairs, print_answer, print_json, Api, ClientError};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SandboxCommand {
@@ -72,45 +72,18 @@ pub(crate) enum SandboxCommand {
     },
 }
 
-fn pairs(field: &str, items: &[String]) -> Result<Map<String, Value>, ClientError> {
-    items
-        .iter()
-        .map(|item| {
-            item.split_once('=')
-                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
-                .ok_or_else(|| {
-                    ClientError::Transport(format!("--{field} {item}: expected KEY=VALUE"))
-                })
-        })
-        .collect()
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        Value::Null => "-".to_owned(),
-        other => other.to_string(),
-    }
-}
-
-fn row(sandbox: &Value) -> Vec<String> {
-    ["id", "state", "provider", "image", "owner_id", "expires_at"]
-        .iter()
-        .map(|field| text(&sandbox[*field]))
-        .collect()
-}
-
-const HEADERS: [&str; 6] = ["ID", "STATE", "PROVIDER", "IMAGE", "OWNER", "EXPIRES"];
+/// The table of sandboxes.
+pub(crate) const SANDBOX_COLUMNS: [(&str, &str); 6] = [
+    ("ID", "id"),
+    ("STATE", "state"),
+    ("PROVIDER", "provider"),
+    ("IMAGE", "image"),
+    ("OWNER", "owner_id"),
+    ("EXPIRES", "expires_at"),
+];
 
 fn print_sandboxes(api: &Api, answer: &Value) {
-    if api.json() {
-        return print_json(answer);
-    }
-    let rows: Vec<Vec<String>> = match answer {
-        Value::Array(items) => items.iter().map(row).collect(),
-        one => vec![row(one)],
-    };
-    print_table(&HEADERS, &rows);
+    print_answer(api, answer, &SANDBOX_COLUMNS);
 }
 
 pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, ClientError> {
