@@ -60,6 +60,17 @@ fn file_data(path: &SandboxPath, size: Option<u64>) -> FileEventData {
     }
 }
 
+/// The path and mode of a file to write (`POST` and `PUT /files`): not `/`, mode octal text
+/// defaulting to [`DEFAULT_FILE_MODE`].
+fn written_file(path: &str, mode: Option<&str>) -> Result<(NonRootPath, u32), Error> {
+    let path = non_root_path("path", path, "/ is a directory and cannot be written")?;
+    let mode = match mode {
+        Some(mode) => parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
+        None => DEFAULT_FILE_MODE,
+    };
+    Ok((path, mode))
+}
+
 /// A file download: its bytes, and what its `Range` asked for.
 pub struct Download {
     /// The bytes to send (none when the range is unsatisfiable).
@@ -216,11 +227,7 @@ impl ControlPlane {
         encoding: Option<&str>,
     ) -> Result<(), Error> {
         self.authorize(principal, Action::WriteFiles)?;
-        let path = non_root_path("path", path, "/ is a directory and cannot be written")?;
-        let mode = match mode {
-            Some(mode) => parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
-            None => DEFAULT_FILE_MODE,
-        };
+        let (path, mode) = written_file(path, mode)?;
         let bytes = match ContentEncoding::parse(encoding)? {
             ContentEncoding::Utf8 => Bytes::copy_from_slice(content.as_bytes()),
             ContentEncoding::Base64 => {
@@ -262,11 +269,7 @@ impl ControlPlane {
         length: Option<u64>,
     ) -> Result<u64, Error> {
         self.authorize(principal, Action::WriteFiles)?;
-        let path = non_root_path("path", path, "/ is a directory and cannot be written")?;
-        let mode = match mode {
-            Some(mode) => parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
-            None => DEFAULT_FILE_MODE,
-        };
+        let (path, mode) = written_file(path, mode)?;
         let meter = UploadMeter::new(self.config().server.max_upload_bytes, length)?;
         let FileTarget {
             id: sandbox_id,
