@@ -889,6 +889,18 @@ async fn docker_stats_report_the_container_and_its_limit() {
     finish(server, &docker).await;
 }
 
+/// The command-line client on docker (decisions §19): `svc exec -i` and `-it` in a real
+/// terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_client_interactive_exec() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    crate::client::assert_interactive_exec(&server, &id).await;
+    finish(server, &docker).await;
+}
+
 /// Exec jobs on docker (decisions §8): records, signals, stdin and kill on running and ended
 /// execs, background execs and `on_disconnect`, the `lost` marker, and 50 MiB reassembled
 /// across reconnects.

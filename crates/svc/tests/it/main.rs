@@ -10,6 +10,7 @@ mod idp;
 mod auth;
 mod bad_input;
 mod cli;
+mod client;
 mod concurrency;
 mod docker;
 mod events;

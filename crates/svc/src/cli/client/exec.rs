@@ -1,5 +1,6 @@
 //! `svc exec ID -- CMD...`: runs a command as a streamed exec, writing its output as it arrives
-//! and exiting with its exit code.
+//! and exiting with its exit code; `-i` / `-t` go over the WebSocket instead
+//! ([`super::interactive`]).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -13,6 +14,12 @@ use super::{pairs, Api, ClientError};
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
+    /// Keeps stdin open and sends it to the command.
+    #[arg(short = 'i', long)]
+    interactive: bool,
+    /// Runs the command under a pseudo-terminal (with -i: an interactive shell).
+    #[arg(short = 't', long)]
+    tty: bool,
     /// Sandbox ID.
     id: String,
     /// Environment variable `KEY=VALUE` (repeatable).
@@ -30,7 +37,7 @@ pub(crate) struct ExecArgs {
     command: Vec<String>,
 }
 
-/// The exec body for `args`.
+/// The exec body for `args`, without the transport's own fields.
 fn body(args: &ExecArgs) -> Result<Value, ClientError> {
     let mut body = Map::new();
     let (command, rest) = args
@@ -41,7 +48,6 @@ fn body(args: &ExecArgs) -> Result<Value, ClientError> {
     if !rest.is_empty() {
         body.insert("args".into(), json!(rest));
     }
-    body.insert("stream".into(), json!(true));
     if !args.env.is_empty() {
         body.insert("env".into(), Value::Object(pairs("env", &args.env)?));
     }
@@ -78,7 +84,11 @@ fn handle(line: &[u8]) -> Result<Option<i32>, ClientError> {
 }
 
 pub(crate) async fn run(api: Api, args: ExecArgs) -> Result<ExitCode, ClientError> {
-    let body = body(&args)?;
+    let mut body = body(&args)?;
+    if args.interactive || args.tty {
+        return super::interactive::run(&api, &args.id, body, args.interactive, args.tty).await;
+    }
+    body["stream"] = json!(true);
     let response = api
         .send(
             api.request(Method::POST, &format!("/sandboxes/{}/exec", args.id))

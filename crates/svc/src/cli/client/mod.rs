@@ -5,9 +5,11 @@
 
 pub(crate) mod events;
 pub(crate) mod exec;
+mod interactive;
 pub(crate) mod quota;
 pub(crate) mod sandbox;
 pub(crate) mod template;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -90,16 +92,28 @@ impl Api {
         self.args.json
     }
 
-    /// A request to `/api/v1{path}` with the credentials.
-    pub(crate) fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base));
+    /// The address of `/api/v1{path}`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.base)
+    }
+
+    /// The credential headers, as `(name, value)`.
+    pub(crate) fn credentials(&self) -> Vec<(&'static str, String)> {
+        let mut headers = Vec::new();
         if let Some(key) = &self.args.api_key {
-            request = request.header("X-API-Key", key);
+            headers.push(("X-API-Key", key.clone()));
         }
         if let Some(token) = &self.args.token {
-            request = request.bearer_auth(token);
+            headers.push(("Authorization", format!("Bearer {token}")));
+        }
+        headers
+    }
+
+    /// A request to `/api/v1{path}` with the credentials.
+    pub(crate) fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let mut request = self.http.request(method, self.url(path));
+        for (name, value) in self.credentials() {
+            request = request.header(name, value);
         }
         request
     }
@@ -136,7 +150,12 @@ impl Api {
 async fn refusal(response: reqwest::Response) -> ClientError {
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
-    match serde_json::from_str::<Value>(&text) {
+    refusal_of(status, &text)
+}
+
+/// The refusal a `status` answer with body `text` stands for.
+pub(crate) fn refusal_of(status: StatusCode, text: &str) -> ClientError {
+    match serde_json::from_str::<Value>(text) {
         Ok(body) if body["code"].is_string() => ClientError::Refused {
             code: body["code"].as_str().unwrap_or_default().to_owned(),
             message: body["message"].as_str().unwrap_or_default().to_owned(),
