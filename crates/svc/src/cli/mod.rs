@@ -1,5 +1,6 @@
 //! The command line (decisions §16, §19): `serve`, `openapi`, `config lint`, `doctor`, `db`,
-//! `worker`, and the client commands `sandbox`, `exec`, `template`, `quota` and `events`.
+//! `worker`, and the client commands `sandbox`, `exec`, `cp`, `template`, `quota` and
+//! `events`.
 
 mod client;
 mod config;
@@ -66,6 +67,8 @@ enum Command {
     },
     /// Runs a command in a sandbox, streaming its output; exits with its exit code.
     Exec(client::ExecArgs),
+    /// Copies files and directories between this machine and a sandbox (`ID:/path`).
+    Cp(client::CpArgs),
     /// Templates on a running server: create, ls, get, update, rm, spawn.
     Template {
         #[command(subcommand)]
@@ -132,6 +135,7 @@ pub fn main() -> ExitCode {
             client::run(cli.client, |api| client::sandbox::run(api, command))
         }
         Command::Exec(args) => client::run(cli.client, |api| client::exec::run(api, args)),
+        Command::Cp(args) => client::run(cli.client, |api| client::cp::run(api, args)),
         Command::Template { command } => {
             client::run(cli.client, |api| client::template::run(api, command))
         }

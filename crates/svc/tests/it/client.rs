@@ -193,3 +193,166 @@ async fn interactive_exec_refused_prints_the_servers_code() {
         "{stderr}"
     );
 }
+
+/// Everything under `dir`, a line each: relative path, then `dir MODE`, `link TARGET` or
+/// `file MODE SHA256`.
+fn tree(dir: &std::path::Path) -> Vec<String> {
+    use sha2::Digest;
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in entries {
+            let path = entry.path();
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode() & 0o777;
+            if meta.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                out.push(format!("{name} link {}", target.display()));
+            } else if meta.is_dir() {
+                out.push(format!("{name} dir {mode:o}"));
+                walk(root, &path, out);
+            } else {
+                let digest = sha2::Sha256::digest(std::fs::read(&path).unwrap());
+                out.push(format!("{name} file {mode:o} {digest:x}"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// A tree with nested and empty directories, an executable, a symlink, a name with a space and
+/// 3 MB of random bytes.
+fn sample_tree(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    std::fs::write(dir.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(dir.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("sub/with space.txt"), "spaced").unwrap();
+    std::fs::write(dir.join("sub/deeper/zero"), "").unwrap();
+    let mut big = vec![0u8; 3_000_000];
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    for byte in &mut big {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    std::fs::write(dir.join("sub/big.bin"), &big).unwrap();
+    std::os::unix::fs::symlink("../a.txt", dir.join("sub/to-a")).unwrap();
+}
+
+/// `svc cp` (decisions §19) in both directions under `base` in sandbox `id`: a directory tree
+/// round-trips byte for byte (modes and symlinks too); a DST that is an existing directory
+/// receives SRC inside it, otherwise DST becomes the copy; single files go both ways; refusals
+/// name what was wrong.
+pub(crate) async fn assert_cp(server: &TestServer, id: &str, base: &str) {
+    let base_url = server.base.clone();
+    let (id, base) = (id.to_owned(), base.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let cp = |src: &str, dst: &str| {
+            let out = svc()
+                .env("SVC_URL", &base_url)
+                .args(["cp", src, dst])
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let local = tempfile::tempdir().unwrap();
+        let src = local.path().join("tree");
+        sample_tree(&src);
+        let remote = format!("{id}:{base}/tree");
+
+        assert_eq!(cp(src.to_str().unwrap(), &remote), (Some(0), String::new()));
+        let back = local.path().join("back");
+        assert_eq!(
+            cp(&remote, back.to_str().unwrap()),
+            (Some(0), String::new())
+        );
+        assert_eq!(tree(&back), tree(&src), "the tree came back different");
+
+        // Into existing directories: the copy lands inside, under SRC's name.
+        assert_eq!(cp(src.to_str().unwrap(), &remote).0, Some(0));
+        let again = local.path().join("again");
+        assert_eq!(
+            cp(&format!("{remote}/tree"), again.to_str().unwrap()).0,
+            Some(0)
+        );
+        assert_eq!(tree(&again), tree(&src));
+        let into = local.path().join("into");
+        std::fs::create_dir(&into).unwrap();
+        assert_eq!(
+            cp(&format!("{remote}/sub"), into.to_str().unwrap()).0,
+            Some(0)
+        );
+        assert_eq!(tree(&into.join("sub")), tree(&src.join("sub")));
+        assert_eq!(std::fs::read_dir(&into).unwrap().count(), 1);
+
+        // Single files, into a directory and onto a new name, with their mode.
+        let script = src.join("run.sh");
+        assert_eq!(
+            cp(script.to_str().unwrap(), &format!("{id}:{base}/")).0,
+            Some(0)
+        );
+        let fetched = local.path().join("fetched.sh");
+        assert_eq!(
+            cp(&format!("{id}:{base}/run.sh"), fetched.to_str().unwrap()).0,
+            Some(0)
+        );
+        let fetched_line = tree(local.path())
+            .into_iter()
+            .find(|line| line.starts_with("fetched.sh "))
+            .unwrap();
+        assert!(
+            tree(&src).contains(&fetched_line.replacen("fetched.sh", "run.sh", 1)),
+            "{fetched_line}"
+        );
+        let big = src.join("sub/big.bin");
+        assert_eq!(
+            cp(big.to_str().unwrap(), &format!("{id}:{base}/big.bin")).0,
+            Some(0)
+        );
+        assert_eq!(
+            cp(
+                &format!("{id}:{base}/big.bin"),
+                local.path().to_str().unwrap()
+            )
+            .0,
+            Some(0)
+        );
+        assert_eq!(
+            std::fs::read(local.path().join("big.bin")).unwrap(),
+            std::fs::read(&big).unwrap()
+        );
+
+        let (code, stderr) = cp(big.to_str().unwrap(), &format!("{id}:{base}/missing/"));
+        assert_eq!(code, Some(1));
+        assert!(stderr.contains("does not exist"), "{stderr}");
+        let (code, stderr) = cp(&format!("{id}:{base}/nothing-here"), "x");
+        assert_eq!(code, Some(1));
+        assert!(stderr.contains("nothing-here"), "{stderr}");
+        let (code, stderr) = cp("sb-0000000000000000:/a", local.path().to_str().unwrap());
+        assert_eq!(code, Some(1));
+        assert!(stderr.contains("not_found"), "{stderr}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cp_on_mock() {
+    let server = TestServer::start().await;
+    let sandbox = server.spawn(json!({})).await;
+    assert_cp(&server, sandbox["id"].as_str().unwrap(), "/work").await;
+}

@@ -3,6 +3,7 @@
 //! `SVC_API_KEY`, `SVC_TOKEN` (flags win); answers print as tables, or with `--json` as the
 //! server's JSON as it answered; a refused request prints the server's code and message.
 
+pub(crate) mod cp;
 pub(crate) mod events;
 pub(crate) mod exec;
 mod interactive;
@@ -17,6 +18,7 @@ use clap::Args;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+pub(crate) use cp::CpArgs;
 pub(crate) use events::EventsArgs;
 pub(crate) use exec::ExecArgs;
 pub(crate) use quota::QuotaCommand;
