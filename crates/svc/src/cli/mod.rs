@@ -1,6 +1,6 @@
 //! The command line (decisions §16, §19): `serve`, `openapi`, `config lint`, `doctor`, `db`,
-//! `worker`, and the client commands `sandbox`, `exec`, `cp`, `template`, `quota` and
-//! `events`.
+//! `worker`, the client commands `sandbox`, `exec`, `cp`, `template`, `quota` and `events`,
+//! and `mcp`, the client as a Model Context Protocol server.
 
 mod client;
 mod config;
@@ -81,6 +81,8 @@ enum Command {
     },
     /// Follows the server's events, one line each.
     Events(client::EventsArgs),
+    /// Serves the Model Context Protocol on stdio: sandboxes, commands and files as tools.
+    Mcp,
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,5 +145,6 @@ pub fn main() -> ExitCode {
             client::run(cli.client, |api| client::quota::run(api, command))
         }
         Command::Events(args) => client::run(cli.client, |api| client::events::run(api, args)),
+        Command::Mcp => client::run(cli.client, client::mcp::run),
     }
 }

@@ -356,3 +356,134 @@ async fn cp_on_mock() {
     let sandbox = server.spawn(json!({})).await;
     assert_cp(&server, sandbox["id"].as_str().unwrap(), "/work").await;
 }
+
+/// A scripted client session with `svc mcp` (decisions §19) over its stdio: the handshake, the
+/// tool list, and each tool, with bounded command output and refusals as tool errors.
+pub(crate) async fn assert_mcp_session(server: &TestServer, create: serde_json::Value) {
+    let base = server.base.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut child = svc()
+            .env("SVC_URL", &base)
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (lines, received) = std::sync::mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                if lines.send(line.unwrap()).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut next_id = 0;
+        let mut request = |method: &str, params: serde_json::Value| -> serde_json::Value {
+            next_id += 1;
+            let message = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
+            writeln!(stdin, "{message}").unwrap();
+            loop {
+                let line = received
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("no answer to {method}"));
+                let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if answer["id"] == next_id {
+                    assert!(answer["error"].is_null(), "{method}: {answer}");
+                    return answer["result"].clone();
+                }
+            }
+        };
+        let hello = request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "svc-test", "version": "1"}}),
+        );
+        assert_eq!(hello["serverInfo"]["name"], "svc");
+        assert!(hello["capabilities"]["tools"].is_object(), "{hello}");
+        let mut call = |tool: &str, arguments: serde_json::Value| {
+            request("tools/call", json!({"name": tool, "arguments": arguments}))
+        };
+        let ok = |result: serde_json::Value| {
+            assert_eq!(result["isError"], false, "{result}");
+            result["structuredContent"].clone()
+        };
+
+        let sandbox = ok(call("create_sandbox", create));
+        let id = sandbox["id"].as_str().unwrap().to_owned();
+        assert_eq!(sandbox["state"], "running");
+        let listed = ok(call("list_sandboxes", json!({})));
+        assert!(
+            listed["sandboxes"].as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),
+            "{listed}"
+        );
+
+        let written = ok(call(
+            "write_file",
+            json!({"id": id, "path": "/work/mcp/hello.txt", "content": "héllo\n"}),
+        ));
+        assert_eq!(written["size"], 7);
+        let read = ok(call("read_file", json!({"id": id, "path": "/work/mcp/hello.txt"})));
+        assert_eq!((read["content"].as_str(), read["truncated"].as_bool()), (Some("héllo\n"), Some(false)));
+        let head = ok(call(
+            "read_file",
+            json!({"id": id, "path": "/work/mcp/hello.txt", "max_bytes": 1}),
+        ));
+        assert_eq!((head["content"].as_str(), head["size"].as_u64(), head["truncated"].as_bool()), (Some("h"), Some(7), Some(true)));
+        let entries = ok(call("list_files", json!({"id": id, "path": "/work/mcp"})));
+        assert_eq!(entries["entries"][0]["name"], "hello.txt", "{entries}");
+
+        let ran = ok(call(
+            "run_command",
+            json!({"id": id, "command": "cat hello.txt; echo oops >&2; exit 3", "workdir": "/work/mcp"}),
+        ));
+        assert_eq!(
+            (ran["exit_code"].as_i64(), ran["stdout"].as_str(), ran["stderr"].as_str()),
+            (Some(3), Some("héllo\n"), Some("oops\n"))
+        );
+        assert_eq!(ran["truncated"], false);
+        let long = ok(call(
+            "run_command",
+            json!({"id": id, "command": "i=0; while [ $i -lt 5000 ]; do echo line-$i; i=$((i+1)); done",
+                   "max_output_bytes": 100}),
+        ));
+        let stdout = long["stdout"].as_str().unwrap();
+        assert_eq!(long["truncated"], true);
+        assert!(stdout.starts_with("line-0\n") && stdout.ends_with("line-4999\n"), "{stdout}");
+        assert!(stdout.contains("bytes cut") && stdout.len() < 200, "{stdout}");
+
+        let refused = call("run_command", json!({"id": "sb-0000000000000000", "command": "true"}));
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert!(refused["content"][0]["text"].as_str().unwrap().contains("not_found"), "{refused}");
+
+        ok(call("destroy_sandbox", json!({"id": id})));
+        let listed = ok(call("list_sandboxes", json!({})));
+        assert!(
+            !listed["sandboxes"].as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),
+            "{listed}"
+        );
+        let tools = request("tools/list", json!({}));
+        let mut names: Vec<&str> = tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["create_sandbox", "destroy_sandbox", "list_files", "list_sandboxes", "read_file", "run_command", "write_file"]
+        );
+        drop(stdin);
+        assert!(child.wait().unwrap().success(), "svc mcp did not end cleanly at end of input");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_session_on_mock() {
+    let server = TestServer::start().await;
+    assert_mcp_session(&server, json!({})).await;
+}

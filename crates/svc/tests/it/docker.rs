@@ -890,7 +890,7 @@ async fn docker_stats_report_the_container_and_its_limit() {
 }
 
 /// The command-line client on docker (decisions §19): `svc exec -i` and `-it` in a real
-/// terminal, and `svc cp` round trips.
+/// terminal, `svc cp` round trips, and an MCP session with `svc mcp`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_client_interactive_exec_and_cp() {
     let Some((server, docker)) = docker_server(|_| {}).await else {
@@ -899,6 +899,7 @@ async fn docker_client_interactive_exec_and_cp() {
     let id = spawn_docker(&server, json!({})).await;
     crate::client::assert_interactive_exec(&server, &id).await;
     crate::client::assert_cp(&server, &id, "/work").await;
+    crate::client::assert_mcp_session(&server, json!({"provider": "docker", "image": IMAGE})).await;
     finish(server, &docker).await;
 }
 

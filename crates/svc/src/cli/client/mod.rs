@@ -7,6 +7,7 @@ pub(crate) mod cp;
 pub(crate) mod events;
 pub(crate) mod exec;
 mod interactive;
+pub(crate) mod mcp;
 pub(crate) mod quota;
 pub(crate) mod sandbox;
 pub(crate) mod template;
