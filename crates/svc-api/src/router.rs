@@ -60,6 +60,9 @@ fn cors(origins: &[String]) -> CorsLayer {
         header::RETRY_AFTER,
         HeaderName::from_static("x-ratelimit-limit"),
         HeaderName::from_static("x-ratelimit-remaining"),
+        // Streamed and WebSocket execs name their exec only here; a browser client needs it
+        // to reattach.
+        HeaderName::from_static("x-exec-id"),
     ];
     let layer = CorsLayer::new()
         .allow_methods(Any)

@@ -703,4 +703,17 @@ async fn cors_preflight_is_answered_for_allowed_origins_only() {
         reply.headers()["access-control-allow-origin"],
         "https://console.example.com"
     );
+    // Browser clients may read the headers they need: request and exec IDs, rate limits.
+    let exposed = reply.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    for name in [
+        "x-request-id",
+        "retry-after",
+        "x-ratelimit-limit",
+        "x-exec-id",
+    ] {
+        assert!(exposed.contains(name), "{name} is not exposed: {exposed}");
+    }
 }
