@@ -1,0 +1,1 @@
+"""The asyncio flavour of the SDK (import from ``svc_sdk``)."""

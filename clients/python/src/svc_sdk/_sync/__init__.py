@@ -1,0 +1,1 @@
+"""The blocking flavour of the SDK (import from ``svc_sdk``)."""

@@ -1,0 +1,436 @@
+"""Response models (frozen dataclasses) and request bodies (TypedDicts).
+
+Field names are exactly the server's JSON names. Every model is listed in :data:`MODEL_SCHEMAS`
+with the OpenAPI schema it mirrors; ``tests/test_openapi.py`` checks both directions (every model
+field is a schema property; every required schema property is a model field). Timestamps are RFC
+3339 strings as the server sends them; durations are Go duration strings (``"1.5s"``).
+Unknown fields a newer server adds are ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, TypeVar
+
+__all__ = [
+    "SandboxInfo",
+    "CommandResult",
+    "CommandInfo",
+    "OutputChunk",
+    "FileInfo",
+    "WriteInfo",
+    "ArchiveInfo",
+    "TemplateInfo",
+    "Quota",
+    "QuotaUsage",
+    "QuotaSummary",
+    "Event",
+    "ProviderInfo",
+    "HealthInfo",
+    "AdmissionDecision",
+    "SandboxStats",
+    "SpawnRequest",
+    "ExecRequest",
+    "ExtendRequest",
+    "StdinBody",
+    "SignalBody",
+    "MoveFile",
+    "ChmodFile",
+    "TemplateSpec",
+    "TemplateSpawnRequest",
+    "QuotaRequest",
+    "MODEL_SCHEMAS",
+    "REQUEST_SCHEMAS",
+]
+
+_M = TypeVar("_M")
+
+
+def _build(cls: type[_M], data: Any) -> _M:
+    """Instantiates a model dataclass from a JSON object, ignoring fields it does not know."""
+    if not isinstance(data, dict):
+        from .errors import ProtocolError
+
+        raise ProtocolError(f"expected a JSON object for {cls.__name__}, got {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A sandbox record (schema ``Sandbox``)."""
+
+    id: str
+    state: str
+    provider: str
+    image: str
+    memory_mb: int
+    vcpus: int
+    created_at: str
+    expires_at: str
+    metadata: dict[str, str]
+    preview_domain: str
+    tenant_id: str
+    owner_id: str
+    worker_id: str | None = None
+    template: str | None = None
+    network: str | None = None
+    state_reason: str | None = None
+    state_message: str | None = None
+    destroyed_at: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SandboxInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The result of a finished command (schema ``ExecResult``)."""
+
+    exec_id: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: str
+    timed_out: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CommandResult:
+        return _build(cls, data)
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class CommandInfo:
+    """An exec record (schema ``ExecRecord``); ``status`` is running|exited|timed_out|killed|failed."""
+
+    exec_id: str
+    sandbox_id: str
+    command: str
+    background: bool
+    status: str
+    started_at: str
+    stdout_bytes: int
+    stderr_bytes: int
+    args: list[str] | None = None
+    exit_code: int | None = None
+    ended_at: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CommandInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """One piece of command output: ``stream`` is ``stdout`` or ``stderr``.
+
+    ``offset`` is the byte offset of the chunk in its stream (replayed output and background
+    commands; ``None`` for plain streamed execs). ``lost`` is non-zero on a marker saying that
+    many bytes were dropped by the server's buffer before the next chunk.
+    """
+
+    stream: Literal["stdout", "stderr"]
+    data: str
+    offset: int | None = None
+    lost: int = 0
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file or directory (schema ``FileInfo``); ``mode`` is 4-digit octal text."""
+
+    name: str
+    path: str
+    size: int
+    is_dir: bool
+    mod_time: str
+    mode: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FileInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class WriteInfo:
+    """Answer of a streamed upload (schema ``Written``)."""
+
+    status: str
+    size: int
+
+    @classmethod
+    def from_dict(cls, data: Any) -> WriteInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class ArchiveInfo:
+    """Answer of a directory upload (schema ``Extracted``): entries written."""
+
+    status: str
+    entries: int
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ArchiveInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    """A stored template (schema ``Template``)."""
+
+    name: str
+    image: str
+    memory_mb: int
+    vcpus: int
+    ttl: str
+    provider: str
+    metadata: dict[str, str]
+    created_at: str
+    updated_at: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TemplateInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A stored owner quota (schema ``OwnerQuota``)."""
+
+    owner_id: str
+    max_sandboxes: int
+    max_ttl: str
+    max_exec_timeout: str
+    created_at: str
+    updated_at: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Quota:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """What an owner holds and the limits in force (schema ``OwnerUsage``)."""
+
+    owner_id: str
+    active_sandboxes: int
+    max_sandboxes: int
+    max_ttl: str
+    max_exec_timeout: str
+    quota_configured: bool
+
+    @classmethod
+    def from_dict(cls, data: Any) -> QuotaUsage:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class QuotaSummary:
+    """Counts of stored quotas (schema ``QuotaSummary``)."""
+
+    total: int
+    with_max_sandboxes: int
+    with_max_ttl: int
+    with_max_exec_timeout: int
+
+    @classmethod
+    def from_dict(cls, data: Any) -> QuotaSummary:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A lifecycle event (schema ``Event``); ``sandbox_id`` is ``""`` for non-sandbox events."""
+
+    id: str
+    type: str
+    sandbox_id: str
+    timestamp: str
+    data: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Event:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """A provider summary (schema ``ProviderSummary``)."""
+
+    name: str
+    healthy: bool
+    default: bool
+    latency_ms: int
+    last_checked: str
+    capabilities: list[str] = field(default_factory=list)
+    error: str | None = None
+    runtime_count: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ProviderInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class HealthInfo:
+    """``/health`` answer (schema ``HealthBody``)."""
+
+    status: str
+    version: str
+    uptime: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> HealthInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class AdmissionDecision:
+    """Whether a spawn would be admitted now (schema ``Admission``)."""
+
+    allowed: bool
+    queueable: bool
+    active_sandboxes: int
+    max_sandboxes: int
+    active_owner_sandboxes: int
+    max_owner_sandboxes: int
+    max_ttl: str
+    reason: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AdmissionDecision:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class SandboxStats:
+    """Resource usage sampled now (schema ``SandboxStats``)."""
+
+    cpu_percent: float
+    memory_bytes: int
+    memory_limit_bytes: int
+    pids: int
+    net_rx_bytes: int
+    net_tx_bytes: int
+    sampled_at: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SandboxStats:
+        return _build(cls, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies. ``total=False``: the SDK sends only what the caller gave.
+
+
+class SpawnRequest(TypedDict, total=False):
+    image: str
+    provider: str
+    memory_mb: int
+    vcpus: int
+    ttl: str
+    metadata: dict[str, str]
+    owner_id: str
+    template: str
+    network: str
+    env: dict[str, str]
+    tenant_id: str
+
+
+class ExecRequest(TypedDict, total=False):
+    command: str
+    args: list[str]
+    env: dict[str, str]
+    workdir: str
+    timeout: str
+    stream: bool
+    background: bool
+    on_disconnect: str
+
+
+class ExtendRequest(TypedDict):
+    ttl: str
+
+
+class StdinBody(TypedDict, total=False):
+    data: str
+    eof: bool
+
+
+class SignalBody(TypedDict):
+    signal: str
+
+
+class MoveFile(TypedDict):
+    old_path: str
+    new_path: str
+
+
+class ChmodFile(TypedDict):
+    path: str
+    mode: str
+
+
+class TemplateSpec(TypedDict, total=False):
+    name: str
+    image: str
+    memory_mb: int
+    vcpus: int
+    ttl: str
+    provider: str
+    metadata: dict[str, str]
+
+
+class TemplateSpawnRequest(TypedDict, total=False):
+    ttl: str
+    provider: str
+
+
+class QuotaRequest(TypedDict, total=False):
+    max_sandboxes: int
+    max_ttl: str
+    max_exec_timeout: str
+
+
+#: response model -> the OpenAPI schema it mirrors
+MODEL_SCHEMAS: dict[type, str] = {
+    SandboxInfo: "Sandbox",
+    CommandResult: "ExecResult",
+    CommandInfo: "ExecRecord",
+    FileInfo: "FileInfo",
+    WriteInfo: "Written",
+    ArchiveInfo: "Extracted",
+    TemplateInfo: "Template",
+    Quota: "OwnerQuota",
+    QuotaUsage: "OwnerUsage",
+    QuotaSummary: "QuotaSummary",
+    Event: "Event",
+    ProviderInfo: "ProviderSummary",
+    HealthInfo: "HealthBody",
+    AdmissionDecision: "Admission",
+    SandboxStats: "SandboxStats",
+}
+
+#: request body TypedDict -> the OpenAPI schema it mirrors
+REQUEST_SCHEMAS: dict[type, str] = {
+    SpawnRequest: "SpawnRequest",
+    ExecRequest: "ExecRequest",
+    ExtendRequest: "ExtendRequest",
+    StdinBody: "StdinBody",
+    SignalBody: "SignalBody",
+    MoveFile: "MoveFile",
+    ChmodFile: "ChmodFile",
+    TemplateSpec: "TemplateSpec",
+    TemplateSpawnRequest: "TemplateSpawnRequest",
+    QuotaRequest: "QuotaRequest",
+}

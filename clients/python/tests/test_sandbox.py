@@ -1,0 +1,127 @@
+"""Sandbox lifecycle: create, connect, get, list, extend, logs, stats, destroy, context manager."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from svc_sdk import ConflictError, NotFoundError, Sandbox, SvcClient
+from svc_sdk._common import duration_seconds
+
+from .conftest import Server
+
+
+def test_create_get_list_extend_destroy(client: SvcClient, spawn_args: dict[str, Any], provider: str) -> None:
+    sb = Sandbox.create(client=client, ttl="5m", metadata={"suite": "sdk"}, owner_id="sdk-owner", **spawn_args)
+    try:
+        assert sb.id.startswith("sb-") and len(sb.id) == 19
+        assert sb.info.state == "running"
+        assert sb.info.provider == provider
+        assert sb.info.metadata == {"suite": "sdk"}
+        assert sb.info.owner_id == "sdk-owner"
+        assert sb.is_running()
+
+        got = Sandbox.get(sb.id, client=client)
+        assert got.id == sb.id and got.state == "running"
+
+        listed = Sandbox.list(client=client, provider=provider, owner_id="sdk-owner")
+        assert sb.id in [s.id for s in listed]
+        assert sb.id not in [s.id for s in Sandbox.list(client=client, owner_id="someone-else")]
+
+        before = sb.info.expires_at
+        extended = sb.extend("20m")
+        assert extended.expires_at > before
+        assert sb.get_info().expires_at == extended.expires_at
+
+        sb.commands.run("echo for-the-log")
+        assert isinstance(sb.logs(lines=10), list)
+        stats = sb.stats()
+        assert stats.memory_bytes >= 0 and stats.sampled_at
+    finally:
+        sb.destroy()
+    after = Sandbox.get(sb.id, client=client)
+    assert after.state == "destroyed"
+    assert after.state_reason == "destroyed_by_request"
+    assert sb.id not in [s.id for s in Sandbox.list(client=client)]
+    assert sb.id in [s.id for s in Sandbox.list(client=client, state="destroyed")]
+    client.destroy_sandbox(sb.id)  # idempotent
+
+
+def test_connect_to_existing(client: SvcClient, sandbox: Sandbox) -> None:
+    other = Sandbox.connect(sandbox.id)  # own client, SVC_URL from the environment
+    try:
+        assert other.info == sandbox.get_info()
+        assert other.commands.run("echo connected").stdout == "connected\n"
+    finally:
+        other.close()
+    assert sandbox.is_running()  # close() does not destroy
+
+
+def test_context_manager_destroys(spawn_args: dict[str, Any]) -> None:
+    with Sandbox.create(**spawn_args) as sb:  # URL from SVC_URL
+        assert sb.commands.run("true").exit_code == 0
+        sid = sb.id
+    assert Sandbox.get(sid).state == "destroyed"
+
+
+def test_context_manager_destroys_on_error(client: SvcClient, spawn_args: dict[str, Any]) -> None:
+    with pytest.raises(RuntimeError):
+        with Sandbox.create(client=client, **spawn_args) as sb:
+            sid = sb.id
+            raise RuntimeError("boom")
+    assert client.get_sandbox(sid).state == "destroyed"
+
+
+def test_destroyed_sandbox_refuses_work(client: SvcClient, spawn_args: dict[str, Any]) -> None:
+    sb = Sandbox.create(client=client, **spawn_args)
+    sb.destroy()
+    with pytest.raises(ConflictError) as err:
+        sb.commands.run("true")
+    assert err.value.code == "conflict" and err.value.status == 409
+    with pytest.raises(ConflictError):
+        sb.files.read("/etc/hostname")
+
+
+def test_unknown_sandbox_not_found(client: SvcClient, provider: str) -> None:
+    with pytest.raises(NotFoundError) as err:
+        Sandbox.get("sb-0000000000000000", client=client)
+    assert err.value.code == "not_found"
+    assert err.value.status == 404
+    assert "sb-0000000000000000" in err.value.message
+    with pytest.raises(NotFoundError):
+        Sandbox.connect("sb-0000000000000000", client=client)
+
+
+def test_prune_destroys_expired(client: SvcClient, spawn_args: dict[str, Any]) -> None:
+    sb = Sandbox.create(client=client, ttl="1s", **spawn_args)
+    deadline = time.monotonic() + 10
+    pruned = 0
+    while time.monotonic() < deadline:
+        pruned += client.prune()
+        if client.get_sandbox(sb.id).state == "destroyed":
+            break
+        time.sleep(0.1)
+    info = client.get_sandbox(sb.id)
+    assert info.state == "destroyed" and info.state_reason == "pruned"
+    assert pruned >= 1
+
+
+def test_health_and_providers(client: SvcClient, server: Server, provider: str) -> None:
+    health = client.health()
+    assert health.status == "ok" and health.version
+    assert duration_seconds(health.uptime) >= 0
+    names = {p.name: p for p in client.providers()}
+    assert names[provider].healthy
+    assert "exec" in names[provider].capabilities
+    detail = client.provider(provider)
+    assert detail["name"] == provider and detail["healthy"] is True
+    with pytest.raises(NotFoundError):
+        client.provider("no-such-provider")
+
+
+def test_admission(client: SvcClient, spawn_args: dict[str, Any]) -> None:
+    decision = client.admission(owner_id="admission-owner", **spawn_args)
+    assert decision.allowed and decision.reason is None
+    assert decision.max_ttl
