@@ -7,7 +7,9 @@
 # locally built test images (scripts/docker-test-env.sh), `promtool` (Debian's `prometheus`
 # package) to check the metrics exposition, the machine's PostgreSQL 15 cluster with a fresh
 # database per run (scripts/postgres-test-env.sh), and QEMU with a guest kernel, the static guest
-# agent and vhost-device-vsock for the microVM tests (scripts/microvm-assets.sh).
+# agent and vhost-device-vsock for the microVM tests (scripts/microvm-assets.sh), and Python
+# (a virtual environment) and Node with the SDKs' dependencies for the SDK suites
+# (scripts/clients-test-env.sh).
 #
 # SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
 set -euo pipefail
@@ -52,6 +54,13 @@ export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
 say "preparing the microVM assets in $SVC_MICROVM_ASSETS (scripts/microvm-assets.sh)"
 bash scripts/microvm-assets.sh >/dev/null || die "scripts/microvm-assets.sh failed (see its messages above)"
 export SVC_TEST_REQUIRE_MICROVM=1
+
+# The SDK suites (crates/svc/tests/it/sdks.rs) need a Python with the SDK's dev extras and the
+# TypeScript SDK's node_modules; they fail instead of skipping without.
+# shellcheck source=scripts/clients-test-env.sh
+. scripts/clients-test-env.sh
+say "preparing the SDK toolchains (scripts/clients-test-env.sh)"
+ensure_clients
 
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

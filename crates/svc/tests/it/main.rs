@@ -28,6 +28,7 @@ mod quotas;
 mod ratelimit;
 mod reconcile;
 mod replicas;
+mod sdks;
 mod system;
 mod templates;
 mod tenancy;

@@ -34,7 +34,14 @@ fn run_suite(name: &str, mut command: Command) {
         out.status
     );
     // The suite's own summary, for the log.
-    for line in stdout.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev() {
+    for line in stdout
+        .lines()
+        .rev()
+        .take(12)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
         eprintln!("{name}: {line}");
     }
 }
@@ -46,7 +53,10 @@ fn python_sdk_suite() {
         Ok(python) => python,
         Err(_) => {
             let ready = Command::new("python3")
-                .args(["-c", "import httpx, websockets, pytest, mypy, anyio, svc_sdk"])
+                .args([
+                    "-c",
+                    "import httpx, websockets, pytest, mypy, anyio, svc_sdk",
+                ])
                 .output()
                 .is_ok_and(|o| o.status.success());
             if !ready {

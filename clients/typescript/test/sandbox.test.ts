@@ -1,0 +1,114 @@
+import assert from "node:assert/strict";
+import { it } from "node:test";
+import { BadRequestError, ConflictError, NotFoundError, ResourceLimitError, Sandbox, SvcClient } from "svc-sdk";
+import { eachProvider, spawnOptions, suiteServer } from "./helpers.js";
+
+const server = await suiteServer();
+
+eachProvider(server, "sandbox", (provider) => {
+  it("creates, gets, lists, connects, extends and destroys", async () => {
+    const sandbox = await Sandbox.create(spawnOptions(provider, { ttl: "10m", metadata: { suite: "sdk", case: "lifecycle" }, memory_mb: 256 }));
+    try {
+      assert.match(sandbox.id, /^sb-[0-9a-f]{16}$/);
+      assert.equal(sandbox.info.state, "running");
+      assert.equal(sandbox.info.provider, provider);
+      assert.equal(sandbox.info.memory_mb, 256);
+      assert.deepEqual(sandbox.info.metadata, { suite: "sdk", case: "lifecycle" });
+      assert.equal(sandbox.info.preview_domain, `${sandbox.id}.localhost`);
+      const lifetime = Date.parse(sandbox.info.expires_at) - Date.parse(sandbox.info.created_at);
+      assert.ok(Math.abs(lifetime - 600_000) < 5_000, `lifetime ${lifetime}ms`);
+
+      const got = await Sandbox.get(sandbox.id);
+      assert.equal(got.id, sandbox.id);
+      const listed = await Sandbox.list({ provider });
+      assert.ok(listed.some((s) => s.id === sandbox.id));
+      assert.ok(!(await Sandbox.list({ provider: provider === "mock" ? "docker" : "mock" })).some((s) => s.id === sandbox.id));
+
+      const connected = await Sandbox.connect(sandbox.id);
+      assert.equal(connected.info.image, sandbox.info.image);
+      assert.equal((await connected.commands.run("echo connected")).stdout, "connected\n");
+      assert.equal(await connected.isRunning(), true);
+
+      const before = Date.parse((await sandbox.refresh()).expires_at);
+      const extended = await sandbox.extend("1h");
+      assert.ok(Date.parse(extended.expires_at) > before + 40 * 60_000);
+      assert.equal(sandbox.info.expires_at, extended.expires_at);
+      const extendedBySeconds = await Sandbox.extend(sandbox.id, 1200);
+      assert.ok(Date.parse(extendedBySeconds.expires_at) < Date.parse(extended.expires_at));
+      await assert.rejects(sandbox.extend("100h"), ResourceLimitError);
+
+      const logs = await sandbox.logs({ lines: 50 });
+      assert.ok(Array.isArray(logs));
+      const stats = await sandbox.stats();
+      assert.equal(typeof stats.memory_bytes, "number");
+      assert.match(stats.sampled_at, /Z$/);
+    } finally {
+      assert.deepEqual(await sandbox.destroy(), { status: "destroyed" });
+    }
+    const gone = await Sandbox.get(sandbox.id);
+    assert.equal(gone.state, "destroyed");
+    assert.equal(gone.state_reason, "destroyed_by_request");
+    assert.ok((await Sandbox.list({ state: "destroyed" })).some((s) => s.id === sandbox.id));
+    assert.ok(!(await Sandbox.list()).some((s) => s.id === sandbox.id));
+    assert.deepEqual(await Sandbox.destroy(sandbox.id), { status: "destroyed" });
+    await assert.rejects(sandbox.commands.run("true"), ConflictError);
+    await assert.rejects(sandbox.files.write("/x", "x"), ConflictError);
+  });
+
+  it("Sandbox.with destroys afterwards, also when the callback throws", async () => {
+    let id = "";
+    const answer = await Sandbox.with(spawnOptions(provider), async (sandbox) => {
+      id = sandbox.id;
+      return (await sandbox.commands.run("echo 42")).stdout.trim();
+    });
+    assert.equal(answer, "42");
+    assert.equal((await Sandbox.get(id)).state, "destroyed");
+
+    let failedId = "";
+    await assert.rejects(
+      Sandbox.with(spawnOptions(provider), async (sandbox) => {
+        failedId = sandbox.id;
+        throw new Error("boom");
+      }),
+      /boom/,
+    );
+    assert.equal((await Sandbox.get(failedId)).state, "destroyed");
+  });
+
+  it("await using destroys at the end of the scope", async () => {
+    let id = "";
+    {
+      await using sandbox = await Sandbox.create(spawnOptions(provider));
+      id = sandbox.id;
+      assert.equal((await Sandbox.get(id)).state, "running");
+    }
+    assert.equal((await Sandbox.get(id)).state, "destroyed");
+  });
+
+  it("answers admission and prune", async () => {
+    const decision = await Sandbox.admission(spawnOptions(provider, { ttl: "5m" }));
+    assert.equal(decision.allowed, true);
+    const denied = await Sandbox.admission(spawnOptions(provider, { ttl: "100h" }));
+    assert.equal(denied.allowed, false);
+    assert.equal(denied.reason, "max_ttl");
+    assert.equal(typeof (await Sandbox.prune()), "number");
+  });
+
+  it("maps spawn and lookup errors to typed errors", async () => {
+    await assert.rejects(Sandbox.get("sb-0000000000000000"), (err: unknown) => {
+      assert.ok(err instanceof NotFoundError);
+      assert.equal(err.code, "not_found");
+      assert.equal(err.status, 404);
+      assert.match(err.message, /sb-0000000000000000/);
+      assert.ok(err.requestId);
+      return true;
+    });
+    await assert.rejects(Sandbox.connect("sb-0000000000000000"), NotFoundError);
+    await assert.rejects(Sandbox.create({ provider: "no-such-provider" }), BadRequestError);
+    await assert.rejects(Sandbox.create(spawnOptions(provider, { ttl: "100h" })), ResourceLimitError);
+    await assert.rejects(Sandbox.create(spawnOptions(provider, { ttl: "-5m" })), BadRequestError);
+    // A client pointed elsewhere explicitly wins over SVC_URL.
+    const client = new SvcClient({ url: `${server.url}/api/v1/` });
+    assert.equal((await Sandbox.list({ client, provider })).every((s) => s.provider === provider), true);
+  });
+});
