@@ -217,6 +217,13 @@ def test_pty_on_unknown_sandbox(client: SvcClient, sandbox: Sandbox) -> None:
         ghost.pty.create()
 
 
+def test_pty_refusal_raises_its_typed_error(sandbox: Sandbox) -> None:
+    with pytest.raises(ResourceLimitError) as refused:
+        with sandbox.pty.create("true", timeout="48h") as pty:
+            pty.wait(timeout=15)
+    assert refused.value.code == "resource_limit" and "max_exec_timeout" in refused.value.message
+
+
 def test_concurrent_background_commands(sandbox: Sandbox) -> None:
     handles = [sandbox.commands.run(f"echo job{i}", background=True) for i in range(5)]
     results: dict[int, str] = {}

@@ -10,83 +10,7 @@ export interface paths {
             cookie?: never;
         };
         /** The audit log, newest first; `format=csv` answers `text/csv` with a header row. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Exact action. */
-                    action?: string;
-                    /** @description Exact actor (an OIDC subject, `api-key`, `admin-api-key`, `anonymous`). */
-                    actor?: string;
-                    /** @description `json` (default) or `csv`. */
-                    format?: string;
-                    /** @description 1..=1000, default 100. */
-                    limit?: string;
-                    /** @description RFC 3339; entries at or after. */
-                    since?: string;
-                    /** @description Exact tenant. */
-                    tenant_id?: string;
-                    /** @description RFC 3339; entries at or before. */
-                    until?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Audit entries (JSON array, or CSV) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["AuditEntry"][];
-                    };
-                };
-                /** @description Invalid filter */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["audit"];
         put?: never;
         post?: never;
         delete?: never;
@@ -103,59 +27,7 @@ export interface paths {
             cookie?: never;
         };
         /** The same as `GET /diagnostics`, for admins. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Diagnostics */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Diagnostics"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_diagnostics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -172,59 +44,7 @@ export interface paths {
             cookie?: never;
         };
         /** The same as `GET /metrics`, for admins. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Metrics */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Metrics"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_metrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -241,59 +61,7 @@ export interface paths {
             cookie?: never;
         };
         /** The same as `GET /metrics/scrape`, for admins. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Metrics in the Prometheus text format */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain; version=0.0.4": string;
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_scrape"];
         put?: never;
         post?: never;
         delete?: never;
@@ -310,59 +78,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every provider's summary (admin alias of `GET /providers`). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider summaries */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ProviderSummary"][];
-                    };
-                };
-                /** @description No valid API key */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Not an admin */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_list_providers"];
         put?: never;
         post?: never;
         delete?: never;
@@ -379,71 +95,7 @@ export interface paths {
             cookie?: never;
         };
         /** One provider in detail (admin alias of `GET /providers/{name}`). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Provider name */
-                    name: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider detail */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ProviderDetail"];
-                    };
-                };
-                /** @description No valid API key */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Not an admin */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Unknown provider */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_detail"];
         put?: never;
         post?: never;
         delete?: never;
@@ -462,61 +114,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Runs every provider's health check now (admin alias of `POST /providers/test`). */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider name to healthy */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            [key: string]: boolean;
-                        };
-                    };
-                };
-                /** @description No valid API key */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Not an admin */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["admin_test"];
         delete?: never;
         options?: never;
         head?: never;
@@ -531,59 +129,7 @@ export interface paths {
             cookie?: never;
         };
         /** Admin alias of `GET /quotas`. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Owner quotas */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerQuota"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_list_quotas"];
         put?: never;
         post?: never;
         delete?: never;
@@ -600,217 +146,12 @@ export interface paths {
             cookie?: never;
         };
         /** Admin alias of `GET /quotas/{ownerID}`. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The quota */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerQuota"];
-                    };
-                };
-                /** @description Invalid owner ID */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The owner has no quota */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_get"];
         /** Admin alias of `PUT /quotas/{ownerID}`. */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["QuotaRequest"];
-                };
-            };
-            responses: {
-                /** @description The saved quota */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerQuota"];
-                    };
-                };
-                /** @description Invalid owner ID or field */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["admin_put"];
         post?: never;
         /** Admin alias of `DELETE /quotas/{ownerID}`. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The owner has no quota */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["admin_delete_quota"];
         options?: never;
         head?: never;
         patch?: never;
@@ -824,71 +165,7 @@ export interface paths {
             cookie?: never;
         };
         /** Admin alias of `GET /quotas/{ownerID}/usage`. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Owner usage */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerUsage"];
-                    };
-                };
-                /** @description Invalid owner ID */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_usage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -905,59 +182,7 @@ export interface paths {
             cookie?: never;
         };
         /** Admin alias of `GET /quotas/summary`. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Quota summary */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["QuotaSummary"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_summary"];
         put?: never;
         post?: never;
         delete?: never;
@@ -974,136 +199,10 @@ export interface paths {
             cookie?: never;
         };
         /** Every tenant (a bare array; `default` always among them). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Tenants */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Tenant"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_list_tenants"];
         put?: never;
         /** Creates a tenant. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TenantRequest"];
-                };
-            };
-            responses: {
-                /** @description Created */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Tenant"];
-                    };
-                };
-                /** @description Invalid ID or name */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The ID is taken */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["admin_create_tenant"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1118,148 +217,11 @@ export interface paths {
             cookie?: never;
         };
         /** One tenant. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The tenant */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Tenant"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["admin_get_tenant"];
         put?: never;
         post?: never;
         /** Deletes a tenant with its members and policies (`default` cannot be deleted). */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description The default tenant */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["admin_delete_tenant"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1273,86 +235,7 @@ export interface paths {
             cookie?: never;
         };
         /** One tenant's audit log (the same filters; `tenant_id` is the path's). */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Exact action. */
-                    action?: string;
-                    /** @description Exact actor (an OIDC subject, `api-key`, `admin-api-key`, `anonymous`). */
-                    actor?: string;
-                    /** @description `json` (default) or `csv`. */
-                    format?: string;
-                    /** @description 1..=1000, default 100. */
-                    limit?: string;
-                    /** @description RFC 3339; entries at or after. */
-                    since?: string;
-                    /** @description Exact tenant. */
-                    tenant_id?: string;
-                    /** @description RFC 3339; entries at or before. */
-                    until?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Audit entries (JSON array, or CSV) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["AuditEntry"][];
-                    };
-                };
-                /** @description Invalid filter */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["tenant_audit"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1369,71 +252,7 @@ export interface paths {
             cookie?: never;
         };
         /** A tenant's members. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Members */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Member"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_members"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1451,155 +270,10 @@ export interface paths {
         };
         get?: never;
         /** Grants an OIDC subject a role inside the tenant (in addition to its groups' roles). */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description OIDC subject (`sub`) */
-                    subject: string;
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["MemberRequest"];
-                };
-            };
-            responses: {
-                /** @description The membership */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Member"];
-                    };
-                };
-                /** @description Invalid role or subject */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["put_member"];
         post?: never;
         /** Removes a membership. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description OIDC subject (`sub`) */
-                    subject: string;
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant or member */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["delete_member"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1613,151 +287,10 @@ export interface paths {
             cookie?: never;
         };
         /** A tenant's policies, highest priority first. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Policies */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Policy"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_policies"];
         put?: never;
         /** Creates a policy. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["PolicyRequest"];
-                };
-            };
-            responses: {
-                /** @description Created */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Policy"];
-                    };
-                };
-                /** @description Invalid field */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["create_policy"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1772,223 +305,12 @@ export interface paths {
             cookie?: never;
         };
         /** One policy. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Policy ID */
-                    policyID: string;
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The policy */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Policy"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant or policy */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["get_policy"];
         /** Replaces a policy's fields. */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Policy ID */
-                    policyID: string;
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["PolicyRequest"];
-                };
-            };
-            responses: {
-                /** @description The policy */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Policy"];
-                    };
-                };
-                /** @description Invalid field */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant or policy */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["update_policy"];
         post?: never;
         /** Deletes a policy. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Policy ID */
-                    policyID: string;
-                    /** @description Tenant ID */
-                    tenantID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such tenant or policy */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["delete_policy"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2004,81 +326,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Mints a short-lived signed worker token (HS256 with `auth.worker_signing_key`). */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["WorkerTokenRequest"];
-                };
-            };
-            responses: {
-                /** @description The token */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WorkerToken"];
-                    };
-                };
-                /** @description Invalid worker, scope or ttl */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No signing key configured */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["mint_token"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2096,71 +344,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Removes a worker from the registry. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Worker ID */
-                    workerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such worker */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["admin_delete_worker"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2176,75 +360,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Upserts a worker's record as if it had sent this heartbeat (registry repair). */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Worker ID */
-                    workerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["WorkerHeartbeat"];
-                };
-            };
-            responses: {
-                /** @description The worker */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Worker"];
-                    };
-                };
-                /** @description Invalid worker ID or body */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["admin_heartbeat"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2262,59 +378,7 @@ export interface paths {
          * Redacted diagnostics: build, process, store, limits, scheduler, quotas, rate limit,
          *     providers, workers, leases, sandboxes, events, operations.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Diagnostics */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Diagnostics"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["diagnostics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2331,78 +395,7 @@ export interface paths {
             cookie?: never;
         };
         /** Lifecycle events as `text/event-stream`; each message is `id:` plus a JSON `data:` line. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Replays history after this event ID (same as the `Last-Event-ID` header). */
-                    last_event_id?: string;
-                    /** @description Only this sandbox's events. */
-                    sandbox_id?: string;
-                    /** @description Comma-separated event types to deliver. */
-                    types?: string;
-                };
-                header?: {
-                    /** @description Replay events after this ID */
-                    "Last-Event-ID"?: string | null;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Event stream */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/event-stream": components["schemas"]["Event"];
-                    };
-                };
-                /** @description Unknown event type */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["events"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2419,26 +412,7 @@ export interface paths {
             cookie?: never;
         };
         /** Service health. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The service answers */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["HealthBody"];
-                    };
-                };
-            };
-        };
+        get: operations["health"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2455,26 +429,7 @@ export interface paths {
             cookie?: never;
         };
         /** Process liveness only. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The process is alive */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["HealthBody"];
-                    };
-                };
-            };
-        };
+        get: operations["live"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2491,59 +446,7 @@ export interface paths {
             cookie?: never;
         };
         /** Structured metrics (JSON). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Metrics */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Metrics"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["metrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2560,59 +463,7 @@ export interface paths {
             cookie?: never;
         };
         /** Prometheus text exposition (format 0.0.4). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Metrics in the Prometheus text format */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain; version=0.0.4": string;
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["scrape"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2629,59 +480,7 @@ export interface paths {
             cookie?: never;
         };
         /** Pooled multi-user mode. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Pool status */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["PoolStatus"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["pool_status"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2698,59 +497,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every provider's summary. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider summaries */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ProviderSummary"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_providers"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2767,71 +514,7 @@ export interface paths {
             cookie?: never;
         };
         /** One provider in detail. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Provider name */
-                    name: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider detail */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ProviderDetail"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Unknown provider */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["detail"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2850,61 +533,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Runs every provider's health check now. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Provider name to healthy */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            [key: string]: boolean;
-                        };
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["test"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2919,59 +548,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every owner quota, by owner ID. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Owner quotas */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerQuota"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_quotas"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2988,217 +565,12 @@ export interface paths {
             cookie?: never;
         };
         /** One owner's quota. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The quota */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerQuota"];
-                    };
-                };
-                /** @description Invalid owner ID */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The owner has no quota */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["get_quota"];
         /** Saves an owner's quota; `0`, `0s` or an omitted field inherits the global limit. */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["QuotaRequest"];
-                };
-            };
-            responses: {
-                /** @description The saved quota */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerQuota"];
-                    };
-                };
-                /** @description Invalid owner ID or field */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["put"];
         post?: never;
         /** Deletes an owner's quota; the global limits apply to it again. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The owner has no quota */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["delete_quota"];
         options?: never;
         head?: never;
         patch?: never;
@@ -3212,71 +584,7 @@ export interface paths {
             cookie?: never;
         };
         /** What an owner holds and the limits in force for it (with or without a quota). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Owner ID */
-                    ownerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Owner usage */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["OwnerUsage"];
-                    };
-                };
-                /** @description Invalid owner ID */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["usage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3293,59 +601,7 @@ export interface paths {
             cookie?: never;
         };
         /** How many quotas set which limits (no owner IDs). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Quota summary */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["QuotaSummary"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["summary"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3362,35 +618,7 @@ export interface paths {
             cookie?: never;
         };
         /** Readiness: at least one configured provider is healthy (checked now). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description At least one provider is healthy */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ReadyBody"];
-                    };
-                };
-                /** @description No configured provider is healthy */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ReadyBody"];
-                    };
-                };
-            };
-        };
+        get: operations["ready"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3407,218 +635,12 @@ export interface paths {
             cookie?: never;
         };
         /** Lists sandboxes, newest first. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Only this owner's sandboxes. */
-                    owner_id?: string;
-                    /** @description Only this provider's sandboxes. */
-                    provider?: string;
-                    /** @description `creating`, `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed. */
-                    state?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Sandboxes */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sandbox"][];
-                    };
-                };
-                /** @description Invalid filter */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_sandboxes"];
         put?: never;
         /** Spawns a sandbox. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Owner; overrides owner_id */
-                    "X-User-ID"?: string | null;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["SpawnRequest"];
-                };
-            };
-            responses: {
-                /** @description Running sandbox */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sandbox"];
-                    };
-                };
-                /** @description Invalid request */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Quota or capacity exceeded, or the spawn queue timed out; or the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Provider failed */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Provider unavailable */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["spawn_sandbox"];
         /** Destroys every expired sandbox now. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Number destroyed */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["PruneBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["prune"];
         options?: never;
         head?: never;
         patch?: never;
@@ -3632,148 +654,11 @@ export interface paths {
             cookie?: never;
         };
         /** One sandbox (destroyed ones too, until `destroyed_retention` passes). */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The sandbox */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sandbox"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["get_sandbox"];
         put?: never;
         post?: never;
         /** Destroys a sandbox; destroying it again answers the same. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "destroyed"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Provider failed; nothing changed */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["destroy"];
         options?: never;
         head?: never;
         patch?: never;
@@ -3793,103 +678,7 @@ export interface paths {
          *     answers `application/x-ndjson`: `{"stream":"stdout"|"stderr","data":...}` lines as output
          *     arrives, then `{"stream":"exit","exit_code":N,"duration":...}`.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ExecRequest"];
-                };
-            };
-            responses: {
-                /** @description Buffered result, or an NDJSON stream when `stream` is true */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ExecResult"];
-                        "application/x-ndjson": string;
-                    };
-                };
-                /** @description A background exec started */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ExecStarted"];
-                    };
-                };
-                /** @description Invalid request */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Sandbox destroyed */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Timeout over the maximum; or the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["exec"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3904,78 +693,7 @@ export interface paths {
             cookie?: never;
         };
         /** Runs commands interactively. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description WebSocket upgrade; messages are JSON objects with a `type` */
-                101: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Sandbox destroyed */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["exec_ws"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3992,71 +710,7 @@ export interface paths {
             cookie?: never;
         };
         /** The sandbox's execs, newest first: running ones and the last 100 ended. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Exec records */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ExecRecord"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_execs"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4073,152 +727,11 @@ export interface paths {
             cookie?: never;
         };
         /** One exec. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Exec ID */
-                    exec_id: string;
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The exec's record */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ExecRecord"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or exec */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["get_exec"];
         put?: never;
         post?: never;
         /** Kills a running exec (status `killed`). */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Exec ID */
-                    exec_id: string;
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "killed"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or exec */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The exec has ended */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["kill_exec"];
         options?: never;
         head?: never;
         patch?: never;
@@ -4236,80 +749,7 @@ export interface paths {
          *     `{"stream","lost":L}` when bytes before the oldest kept were asked for, live output with
          *     `follow`, and `{"stream":"exit","exit_code","duration"}` once the exec has ended.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Keep streaming live output until the exec ends (default true). */
-                    follow?: boolean;
-                    /** @description Byte offset in stderr to start from (default 0). */
-                    stderr_offset?: number;
-                    /** @description Byte offset in stdout to start from (default 0). */
-                    stdout_offset?: number;
-                };
-                header?: never;
-                path: {
-                    /** @description Exec ID */
-                    exec_id: string;
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description NDJSON lines */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/x-ndjson": string;
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or exec */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["exec_output"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4328,95 +768,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Sends a signal to a running exec's process group. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Exec ID */
-                    exec_id: string;
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["SignalBody"];
-                };
-            };
-            responses: {
-                /** @description `{"status": "signalled"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Unknown signal */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or exec */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The exec has ended */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["signal_exec"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4433,86 +785,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Writes to a running exec's stdin (execs started with one: interactive ones). */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Exec ID */
-                    exec_id: string;
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["StdinBody"];
-                };
-            };
-            responses: {
-                /** @description `{"status": "sent"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or exec */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The exec has ended or has no stdin */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["exec_stdin"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4529,93 +802,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Sets `expires_at` to now + `ttl`, within the maximum TTL counted from creation. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ExtendRequest"];
-                };
-            };
-            responses: {
-                /** @description The sandbox with its new expiry */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sandbox"];
-                    };
-                };
-                /** @description Invalid ttl */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Sandbox destroyed */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the maximum TTL; or the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["extend"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4633,370 +820,17 @@ export interface paths {
          * Reads a file's raw bytes (streamed); `Range: bytes=a-b` (or `a-`, `-n`) answers 206 with
          *     that part, so a broken download resumes.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Absolute path inside the sandbox. */
-                    path?: string;
-                };
-                header?: {
-                    /** @description One byte range: `bytes=a-b`, `bytes=a-` or `bytes=-n` */
-                    Range?: string | null;
-                };
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The bytes */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/octet-stream": number[];
-                    };
-                };
-                /** @description The bytes of the range, with `Content-Range` */
-                206: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/octet-stream": number[];
-                    };
-                };
-                /** @description Invalid path, or a directory */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or file */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No byte of the file is in the range; `Content-Range: bytes *\/SIZE` */
-                416: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["read"];
         /**
          * Writes a file from the raw request body, streamed: any size (up to
          *     `server.max_upload_bytes`, not `server.max_body_bytes`), and the file at `path` changes only
          *     once the whole body has arrived.
          */
-        put: {
-            parameters: {
-                query?: {
-                    /** @description Octal permission bits (default `0644`). */
-                    mode?: string;
-                    /** @description Absolute path inside the sandbox; parent directories are created. */
-                    path?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            /** @description The file's bytes (any content type) */
-            requestBody: {
-                content: {
-                    "application/octet-stream": number[];
-                };
-            };
-            responses: {
-                /** @description `{"status": "written", "size": N}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Written"];
-                    };
-                };
-                /** @description Invalid path or mode, or the body broke off */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over `server.max_upload_bytes`; nothing was written */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["upload"];
         /** Writes a file. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["WriteFile"];
-                };
-            };
-            responses: {
-                /** @description `{"status": "written"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Invalid path, mode or content */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Sandbox destroyed */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["write"];
         /** Deletes a file or directory. */
-        delete: {
-            parameters: {
-                query?: {
-                    /** @description Absolute path inside the sandbox. */
-                    path?: string;
-                    /** @description Delete non-empty directories (default false). */
-                    recursive?: boolean;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Invalid path, `/`, or a non-empty directory without recursive */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or file */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["delete_file"];
         options?: never;
         head?: never;
         patch?: never;
@@ -5010,179 +844,13 @@ export interface paths {
             cookie?: never;
         };
         /** Streams a directory as a tar archive (`application/x-tar`), names relative to it. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Absolute path inside the sandbox. */
-                    path?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The tar stream */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/x-tar": number[];
-                    };
-                };
-                /** @description Invalid path, or not a directory */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or directory */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["read_archive"];
         /**
          * Extracts a tar archive (the raw body, streamed) into a directory, created when missing.
          *     Absolute names, names whose `..` leave the directory, links whose target leaves it, devices
          *     and FIFOs are refused (400 naming the entry) before they are written.
          */
-        put: {
-            parameters: {
-                query?: {
-                    /** @description Absolute path inside the sandbox. */
-                    path?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            /** @description A tar archive */
-            requestBody: {
-                content: {
-                    "application/x-tar": number[];
-                };
-            };
-            responses: {
-                /** @description `{"status": "extracted", "entries": N}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Extracted"];
-                    };
-                };
-                /** @description Invalid path, or an entry refused (named) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over `server.max_upload_bytes` */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["write_archive"];
         post?: never;
         delete?: never;
         options?: never;
@@ -5200,84 +868,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Changes permission bits. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ChmodFile"];
-                };
-            };
-            responses: {
-                /** @description `{"status": "chmod applied"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Invalid path or mode */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or file */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["chmod"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5292,74 +883,7 @@ export interface paths {
             cookie?: never;
         };
         /** Paths matching an absolute glob, sorted. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Absolute pattern with `*`, `?`, `[...]`, `**`. */
-                    pattern?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Matching paths */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": string[];
-                    };
-                };
-                /** @description Pattern not absolute or invalid */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["glob"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5376,83 +900,7 @@ export interface paths {
             cookie?: never;
         };
         /** Lists a directory, sorted by name. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Absolute path inside the sandbox. */
-                    path?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Entries */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FileInfo"][];
-                    };
-                };
-                /** @description Invalid path or not a directory */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or directory */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_files"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5471,84 +919,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Moves or renames. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["MoveFile"];
-                };
-            };
-            responses: {
-                /** @description `{"status": "moved"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Invalid paths */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or source */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["move_file"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5563,74 +934,7 @@ export interface paths {
             cookie?: never;
         };
         /** Describes one path. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Absolute path inside the sandbox. */
-                    path?: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description File info */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FileInfo"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox or file */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["stat"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5647,83 +951,7 @@ export interface paths {
             cookie?: never;
         };
         /** The sandbox's console or log lines, oldest first. */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description How many of the most recent lines (default 100). */
-                    lines?: number;
-                };
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Log lines */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": string[];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Sandbox destroyed */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["logs"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5743,98 +971,7 @@ export interface paths {
          * The sandbox's resource usage, sampled now by its provider (docker: the engine's stats; mock:
          *     its host processes). `cpu_percent` is in percent of one CPU.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Sandbox ID */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description One sample */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SandboxStats"];
-                    };
-                };
-                /** @description The provider does not report stats */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such sandbox */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Sandbox not running */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Provider failed */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["stats"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5856,75 +993,7 @@ export interface paths {
          * The admission decision a spawn with this body would get now; creates nothing. A denial is
          *     a 200 with `allowed: false` and a `reason`.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Owner; overrides owner_id */
-                    "X-User-ID"?: string | null;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["SpawnRequest"];
-                };
-            };
-            responses: {
-                /** @description The decision */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Admission"];
-                    };
-                };
-                /** @description Invalid request */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["admission"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5939,59 +1008,7 @@ export interface paths {
             cookie?: never;
         };
         /** Cached root filesystems of providers that keep them. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Snapshots */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SnapshotInfo"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["snapshots"];
         put?: never;
         post?: never;
         delete?: never;
@@ -6008,136 +1025,10 @@ export interface paths {
             cookie?: never;
         };
         /** Every template, by name. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Templates */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Template"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_templates"];
         put?: never;
         /** Creates a template; omitted fields take the server defaults. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TemplateSpec"];
-                };
-            };
-            responses: {
-                /** @description Created */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Template"];
-                    };
-                };
-                /** @description Invalid template */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Name exists */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["create_template"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6152,217 +1043,12 @@ export interface paths {
             cookie?: never;
         };
         /** One template. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Template name */
-                    name: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The template */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Template"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such template */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["get_template"];
         /** Replaces a template's fields. */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Template name */
-                    name: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TemplateSpec"];
-                };
-            };
-            responses: {
-                /** @description Updated */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Template"];
-                    };
-                };
-                /** @description Invalid template */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such template */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["update"];
         post?: never;
         /** Deletes a template. */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Template name */
-                    name: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description `{"status": "deleted"}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StatusBody"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such template */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["delete_template"];
         options?: never;
         head?: never;
         patch?: never;
@@ -6378,79 +1064,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Spawns a sandbox from a template; the body may override `ttl` and `provider`. */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Owner */
-                    "X-User-ID"?: string | null;
-                };
-                path: {
-                    /** @description Template name */
-                    name: string;
-                };
-                cookie?: never;
-            };
-            /** @description Optional overrides */
-            requestBody?: {
-                content: {
-                    "application/json": null | components["schemas"]["TemplateSpawnRequest"];
-                };
-            };
-            responses: {
-                /** @description Running sandbox */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Sandbox"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such template */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Quota or capacity exceeded; or the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["spawn_from_template"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6467,71 +1081,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** A worker's heartbeat, authenticated as that worker (`X-Worker-ID`, `X-Worker-Token`). */
-        post: {
-            parameters: {
-                query?: never;
-                header: {
-                    /** @description Must equal workerID */
-                    "X-Worker-ID": string;
-                    /** @description Signed, static or shared worker token */
-                    "X-Worker-Token": string;
-                };
-                path: {
-                    /** @description Worker ID */
-                    workerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["WorkerHeartbeat"];
-                };
-            };
-            responses: {
-                /** @description The updated worker */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Worker"];
-                    };
-                };
-                /** @description Invalid worker ID or body */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Missing or invalid worker credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["heartbeat"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6548,73 +1098,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Renews a lease the worker holds; the answer carries the generation for fencing. */
-        post: {
-            parameters: {
-                query?: never;
-                header: {
-                    /** @description Must equal workerID */
-                    "X-Worker-ID": string;
-                    /** @description Signed, static or shared worker token */
-                    "X-Worker-Token": string;
-                };
-                path: {
-                    /** @description Leased resource (a sandbox ID) */
-                    resourceID: string;
-                    /** @description Worker ID */
-                    workerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["RenewRequest"];
-                };
-            };
-            responses: {
-                /** @description `{lease}` */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["LeaseBody"];
-                    };
-                };
-                /** @description Missing or invalid worker credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The worker does not hold the lease unexpired */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["renew"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6629,59 +1113,7 @@ export interface paths {
             cookie?: never;
         };
         /** Every registered worker, by ID, with `stale` computed now. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Workers */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Worker"][];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["list_workers"];
         put?: never;
         post?: never;
         delete?: never;
@@ -6698,71 +1130,7 @@ export interface paths {
             cookie?: never;
         };
         /** One worker. */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Worker ID */
-                    workerID: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The worker */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Worker"];
-                    };
-                };
-                /** @description Authentication is on and no valid API key or bearer token was sent */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The caller's role (or tenant) does not allow this route */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description No such worker */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
-                429: {
-                    headers: {
-                        /** @description Whole seconds until a request may succeed */
-                        "Retry-After"?: number;
-                        /** @description rate_limit.requests_per_minute */
-                        "X-RateLimit-Limit"?: number;
-                        /** @description Whole tokens left (0) */
-                        "X-RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["get_worker"];
         put?: never;
         post?: never;
         delete?: never;
@@ -8286,4 +2654,5722 @@ export interface components {
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    audit: {
+        parameters: {
+            query?: {
+                /** @description Exact action. */
+                action?: string;
+                /** @description Exact actor (an OIDC subject, `api-key`, `admin-api-key`, `anonymous`). */
+                actor?: string;
+                /** @description `json` (default) or `csv`. */
+                format?: string;
+                /** @description 1..=1000, default 100. */
+                limit?: string;
+                /** @description RFC 3339; entries at or after. */
+                since?: string;
+                /** @description Exact tenant. */
+                tenant_id?: string;
+                /** @description RFC 3339; entries at or before. */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Audit entries (JSON array, or CSV) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditEntry"][];
+                };
+            };
+            /** @description Invalid filter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_diagnostics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Diagnostics */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Diagnostics"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Metrics */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_scrape: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Metrics in the Prometheus text format */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=0.0.4": string;
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_list_providers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Provider summaries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderSummary"][];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_detail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Provider name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Provider detail */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderDetail"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown provider */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_test: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Provider name to healthy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: boolean;
+                    };
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_list_quotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Owner quotas */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerQuota"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The quota */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerQuota"];
+                };
+            };
+            /** @description Invalid owner ID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The owner has no quota */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaRequest"];
+            };
+        };
+        responses: {
+            /** @description The saved quota */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerQuota"];
+                };
+            };
+            /** @description Invalid owner ID or field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_delete_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The owner has no quota */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Owner usage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerUsage"];
+                };
+            };
+            /** @description Invalid owner ID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_summary: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Quota summary */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotaSummary"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_list_tenants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Tenants */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tenant"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_create_tenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TenantRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tenant"];
+                };
+            };
+            /** @description Invalid ID or name */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The ID is taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_get_tenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tenant"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_delete_tenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description The default tenant */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    tenant_audit: {
+        parameters: {
+            query?: {
+                /** @description Exact action. */
+                action?: string;
+                /** @description Exact actor (an OIDC subject, `api-key`, `admin-api-key`, `anonymous`). */
+                actor?: string;
+                /** @description `json` (default) or `csv`. */
+                format?: string;
+                /** @description 1..=1000, default 100. */
+                limit?: string;
+                /** @description RFC 3339; entries at or after. */
+                since?: string;
+                /** @description Exact tenant. */
+                tenant_id?: string;
+                /** @description RFC 3339; entries at or before. */
+                until?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Audit entries (JSON array, or CSV) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditEntry"][];
+                };
+            };
+            /** @description Invalid filter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_members: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Members */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_member: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description OIDC subject (`sub`) */
+                subject: string;
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemberRequest"];
+            };
+        };
+        responses: {
+            /** @description The membership */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            /** @description Invalid role or subject */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_member: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description OIDC subject (`sub`) */
+                subject: string;
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant or member */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_policies: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Policies */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Policy"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PolicyRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Policy"];
+                };
+            };
+            /** @description Invalid field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Policy ID */
+                policyID: string;
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Policy"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant or policy */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Policy ID */
+                policyID: string;
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PolicyRequest"];
+            };
+        };
+        responses: {
+            /** @description The policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Policy"];
+                };
+            };
+            /** @description Invalid field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant or policy */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Policy ID */
+                policyID: string;
+                /** @description Tenant ID */
+                tenantID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such tenant or policy */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    mint_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkerTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerToken"];
+                };
+            };
+            /** @description Invalid worker, scope or ttl */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No signing key configured */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_delete_worker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such worker */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_heartbeat: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkerHeartbeat"];
+            };
+        };
+        responses: {
+            /** @description The worker */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Worker"];
+                };
+            };
+            /** @description Invalid worker ID or body */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    diagnostics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Diagnostics */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Diagnostics"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    events: {
+        parameters: {
+            query?: {
+                /** @description Replays history after this event ID (same as the `Last-Event-ID` header). */
+                last_event_id?: string;
+                /** @description Only this sandbox's events. */
+                sandbox_id?: string;
+                /** @description Comma-separated event types to deliver. */
+                types?: string;
+            };
+            header?: {
+                /** @description Replay events after this ID */
+                "Last-Event-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Event stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["Event"];
+                };
+            };
+            /** @description Unknown event type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    health: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The service answers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HealthBody"];
+                };
+            };
+        };
+    };
+    live: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The process is alive */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HealthBody"];
+                };
+            };
+        };
+    };
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Metrics */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    scrape: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Metrics in the Prometheus text format */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=0.0.4": string;
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    pool_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Pool status */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolStatus"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_providers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Provider summaries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderSummary"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    detail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Provider name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Provider detail */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderDetail"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unknown provider */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    test: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Provider name to healthy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: boolean;
+                    };
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_quotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Owner quotas */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerQuota"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The quota */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerQuota"];
+                };
+            };
+            /** @description Invalid owner ID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The owner has no quota */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaRequest"];
+            };
+        };
+        responses: {
+            /** @description The saved quota */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerQuota"];
+                };
+            };
+            /** @description Invalid owner ID or field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The owner has no quota */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Owner ID */
+                ownerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Owner usage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerUsage"];
+                };
+            };
+            /** @description Invalid owner ID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    summary: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Quota summary */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotaSummary"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ready: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description At least one provider is healthy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReadyBody"];
+                };
+            };
+            /** @description No configured provider is healthy */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReadyBody"];
+                };
+            };
+        };
+    };
+    list_sandboxes: {
+        parameters: {
+            query?: {
+                /** @description Only this owner's sandboxes. */
+                owner_id?: string;
+                /** @description Only this provider's sandboxes. */
+                provider?: string;
+                /** @description `creating`, `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed. */
+                state?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Sandboxes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"][];
+                };
+            };
+            /** @description Invalid filter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    spawn_sandbox: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Owner; overrides owner_id */
+                "X-User-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SpawnRequest"];
+            };
+        };
+        responses: {
+            /** @description Running sandbox */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Quota or capacity exceeded, or the spawn queue timed out; or the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Provider failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Provider unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    prune: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Number destroyed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PruneBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_sandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "destroyed"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Provider failed; nothing changed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    exec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExecRequest"];
+            };
+        };
+        responses: {
+            /** @description Buffered result, or an NDJSON stream when `stream` is true */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecResult"];
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description A background exec started */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecStarted"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox destroyed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Timeout over the maximum; or the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    exec_ws: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description WebSocket upgrade; messages are JSON objects with a `type` */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox destroyed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_execs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Exec records */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecRecord"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_exec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Exec ID */
+                exec_id: string;
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The exec's record */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecRecord"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or exec */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    kill_exec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Exec ID */
+                exec_id: string;
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "killed"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or exec */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The exec has ended */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    exec_output: {
+        parameters: {
+            query?: {
+                /** @description Keep streaming live output until the exec ends (default true). */
+                follow?: boolean;
+                /** @description Byte offset in stderr to start from (default 0). */
+                stderr_offset?: number;
+                /** @description Byte offset in stdout to start from (default 0). */
+                stdout_offset?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Exec ID */
+                exec_id: string;
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description NDJSON lines */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or exec */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    signal_exec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Exec ID */
+                exec_id: string;
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignalBody"];
+            };
+        };
+        responses: {
+            /** @description `{"status": "signalled"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Unknown signal */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or exec */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The exec has ended */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    exec_stdin: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Exec ID */
+                exec_id: string;
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StdinBody"];
+            };
+        };
+        responses: {
+            /** @description `{"status": "sent"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or exec */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The exec has ended or has no stdin */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    extend: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExtendRequest"];
+            };
+        };
+        responses: {
+            /** @description The sandbox with its new expiry */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Invalid ttl */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox destroyed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the maximum TTL; or the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    read: {
+        parameters: {
+            query?: {
+                /** @description Absolute path inside the sandbox. */
+                path?: string;
+            };
+            header?: {
+                /** @description One byte range: `bytes=a-b`, `bytes=a-` or `bytes=-n` */
+                Range?: string | null;
+            };
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description The bytes of the range, with `Content-Range` */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description Invalid path, or a directory */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No byte of the file is in the range; `Content-Range: bytes *\/SIZE` */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    upload: {
+        parameters: {
+            query?: {
+                /** @description Octal permission bits (default `0644`). */
+                mode?: string;
+                /** @description Absolute path inside the sandbox; parent directories are created. */
+                path?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description The file's bytes (any content type) */
+        requestBody: {
+            content: {
+                "application/octet-stream": number[];
+            };
+        };
+        responses: {
+            /** @description `{"status": "written", "size": N}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Written"];
+                };
+            };
+            /** @description Invalid path or mode, or the body broke off */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over `server.max_upload_bytes`; nothing was written */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    write: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WriteFile"];
+            };
+        };
+        responses: {
+            /** @description `{"status": "written"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Invalid path, mode or content */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox destroyed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_file: {
+        parameters: {
+            query?: {
+                /** @description Absolute path inside the sandbox. */
+                path?: string;
+                /** @description Delete non-empty directories (default false). */
+                recursive?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Invalid path, `/`, or a non-empty directory without recursive */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    read_archive: {
+        parameters: {
+            query?: {
+                /** @description Absolute path inside the sandbox. */
+                path?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tar stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": number[];
+                };
+            };
+            /** @description Invalid path, or not a directory */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or directory */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    write_archive: {
+        parameters: {
+            query?: {
+                /** @description Absolute path inside the sandbox. */
+                path?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description A tar archive */
+        requestBody: {
+            content: {
+                "application/x-tar": number[];
+            };
+        };
+        responses: {
+            /** @description `{"status": "extracted", "entries": N}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Extracted"];
+                };
+            };
+            /** @description Invalid path, or an entry refused (named) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over `server.max_upload_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    chmod: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChmodFile"];
+            };
+        };
+        responses: {
+            /** @description `{"status": "chmod applied"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Invalid path or mode */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    glob: {
+        parameters: {
+            query?: {
+                /** @description Absolute pattern with `*`, `?`, `[...]`, `**`. */
+                pattern?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Matching paths */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string[];
+                };
+            };
+            /** @description Pattern not absolute or invalid */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_files: {
+        parameters: {
+            query?: {
+                /** @description Absolute path inside the sandbox. */
+                path?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Entries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileInfo"][];
+                };
+            };
+            /** @description Invalid path or not a directory */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or directory */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    move_file: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MoveFile"];
+            };
+        };
+        responses: {
+            /** @description `{"status": "moved"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Invalid paths */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or source */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    stat: {
+        parameters: {
+            query?: {
+                /** @description Absolute path inside the sandbox. */
+                path?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description File info */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileInfo"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox or file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    logs: {
+        parameters: {
+            query?: {
+                /** @description How many of the most recent lines (default 100). */
+                lines?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Log lines */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string[];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox destroyed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    stats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One sample */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxStats"];
+                };
+            };
+            /** @description The provider does not report stats */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox not running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Provider failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admission: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Owner; overrides owner_id */
+                "X-User-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SpawnRequest"];
+            };
+        };
+        responses: {
+            /** @description The decision */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Admission"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    snapshots: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Snapshots */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_templates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Templates */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_template: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateSpec"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            /** @description Invalid template */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Name exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_template: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateSpec"];
+            };
+        };
+        responses: {
+            /** @description Updated */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            /** @description Invalid template */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_template: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{"status": "deleted"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    spawn_from_template: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Owner */
+                "X-User-ID"?: string | null;
+            };
+            path: {
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        /** @description Optional overrides */
+        requestBody?: {
+            content: {
+                "application/json": null | components["schemas"]["TemplateSpawnRequest"];
+            };
+        };
+        responses: {
+            /** @description Running sandbox */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Quota or capacity exceeded; or the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    heartbeat: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Must equal workerID */
+                "X-Worker-ID": string;
+                /** @description Signed, static or shared worker token */
+                "X-Worker-Token": string;
+            };
+            path: {
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkerHeartbeat"];
+            };
+        };
+        responses: {
+            /** @description The updated worker */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Worker"];
+                };
+            };
+            /** @description Invalid worker ID or body */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid worker credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    renew: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Must equal workerID */
+                "X-Worker-ID": string;
+                /** @description Signed, static or shared worker token */
+                "X-Worker-Token": string;
+            };
+            path: {
+                /** @description Leased resource (a sandbox ID) */
+                resourceID: string;
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RenewRequest"];
+            };
+        };
+        responses: {
+            /** @description `{lease}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LeaseBody"];
+                };
+            };
+            /** @description Missing or invalid worker credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The worker does not hold the lease unexpired */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_workers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Workers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Worker"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_worker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The worker */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Worker"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such worker */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+}

@@ -62,7 +62,7 @@ export class ExecSession {
           this.exitCode = message.exit_code;
           resolve(message.exit_code);
         } else if (message.type === "error") {
-          // The server sends only a message today; a `code`, when present, picks the typed error.
+          // The server names the error's code; a message without one is a protocol error.
           reject(message.code ? errorFor(message.code, statusOf(message.code), message.message) : new ProtocolError(message.message, "protocol_error", 0));
         }
         for (const wake of this.waiters) wake();

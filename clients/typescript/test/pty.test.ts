@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, it } from "node:test";
-import { ExecSession, NotFoundError, ProtocolError, Sandbox, SvcClient, SvcTimeoutError } from "svc-sdk";
+import { BadRequestError, ExecSession, NotFoundError, ResourceLimitError, Sandbox, SvcClient, SvcTimeoutError } from "svc-sdk";
 import { eachProvider, spawnOptions, suiteServer } from "./helpers.js";
 
 const server = await suiteServer();
@@ -53,7 +53,17 @@ eachProvider(server, "pty", (provider) => {
     try {
       await assert.rejects(session.waitForOutput("never printed", 300), SvcTimeoutError);
       session.resize(70_000, 10); // over u16: the server answers {"type":"error"} and closes
-      await assert.rejects(session.wait(), ProtocolError);
+      await assert.rejects(session.wait(), BadRequestError);
+    } finally {
+      session.close();
+    }
+  });
+
+  it("raises the typed error of a refused start", async () => {
+    const session = await sandbox.pty.create({ command: "true", timeout: "48h" });
+    try {
+      await assert.rejects(session.wait(), (err: unknown) =>
+        err instanceof ResourceLimitError && err.code === "resource_limit" && /max_exec_timeout/.test(err.message));
     } finally {
       session.close();
     }

@@ -271,3 +271,10 @@ def error_from_response(
         except ValueError:
             retry = None
     return cls(message, code=code or cls.default_code, status=status, request_id=request_id, retry_after=retry)
+
+
+def error_from_code(code: str, message: str) -> SvcError:
+    """The typed exception for an error a WebSocket message names by its ``code``."""
+    cls = ERROR_CLASSES.get(code, SvcError)
+    status = next((s for s, known in _BY_STATUS.items() if issubclass(cls, known)), 0)
+    return cls(message, code=code, status=status)

@@ -323,7 +323,7 @@ async fn read(
 }
 
 /// Deletes a file or directory.
-#[utoipa::path(delete, path = "/sandboxes/{id}/files", tag = "files",
+#[utoipa::path(operation_id = "delete_file", delete, path = "/sandboxes/{id}/files", tag = "files",
     params(("id" = String, Path, description = "Sandbox ID"), DeleteQuery),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
         (status = 400, description = "Invalid path, `/`, or a non-empty directory without recursive", body = ErrorBody),
@@ -342,7 +342,7 @@ async fn delete(
 }
 
 /// Lists a directory, sorted by name.
-#[utoipa::path(get, path = "/sandboxes/{id}/files/list", tag = "files",
+#[utoipa::path(operation_id = "list_files", get, path = "/sandboxes/{id}/files/list", tag = "files",
     params(("id" = String, Path, description = "Sandbox ID"), PathQuery),
     responses((status = 200, description = "Entries", body = Vec<FileInfo>),
         (status = 400, description = "Invalid path or not a directory", body = ErrorBody),

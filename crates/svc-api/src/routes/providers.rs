@@ -13,7 +13,7 @@ use crate::extract::Caller;
 use crate::{ApiError, ErrorBody};
 
 /// Every provider's summary.
-#[utoipa::path(get, path = "/providers", tag = "providers",
+#[utoipa::path(operation_id = "list_providers", get, path = "/providers", tag = "providers",
     responses((status = 200, description = "Provider summaries", body = Vec<ProviderSummary>)))]
 async fn list(
     State(plane): State<ControlPlane>,
@@ -46,7 +46,7 @@ async fn test(
 }
 
 /// Every provider's summary (admin alias of `GET /providers`).
-#[utoipa::path(get, path = "/admin/providers", tag = "admin",
+#[utoipa::path(operation_id = "admin_list_providers", get, path = "/admin/providers", tag = "admin",
     responses((status = 200, description = "Provider summaries", body = Vec<ProviderSummary>),
         (status = 401, description = "No valid API key", body = ErrorBody),
         (status = 403, description = "Not an admin", body = ErrorBody)))]

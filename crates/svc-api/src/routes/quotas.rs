@@ -13,7 +13,7 @@ use crate::extract::{ApiJson, Caller};
 use crate::{ApiError, ErrorBody};
 
 /// Every owner quota, by owner ID.
-#[utoipa::path(get, path = "/quotas", tag = "quotas",
+#[utoipa::path(operation_id = "list_quotas", get, path = "/quotas", tag = "quotas",
     responses((status = 200, description = "Owner quotas", body = Vec<OwnerQuota>)))]
 async fn list(
     State(plane): State<ControlPlane>,
@@ -33,7 +33,7 @@ async fn summary(
 }
 
 /// One owner's quota.
-#[utoipa::path(get, path = "/quotas/{ownerID}", tag = "quotas",
+#[utoipa::path(operation_id = "get_quota", get, path = "/quotas/{ownerID}", tag = "quotas",
     params(("ownerID" = String, Path, description = "Owner ID")),
     responses((status = 200, description = "The quota", body = OwnerQuota),
         (status = 400, description = "Invalid owner ID", body = ErrorBody),
@@ -62,7 +62,7 @@ async fn put(
 }
 
 /// Deletes an owner's quota; the global limits apply to it again.
-#[utoipa::path(delete, path = "/quotas/{ownerID}", tag = "quotas",
+#[utoipa::path(operation_id = "delete_quota", delete, path = "/quotas/{ownerID}", tag = "quotas",
     params(("ownerID" = String, Path, description = "Owner ID")),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
         (status = 404, description = "The owner has no quota", body = ErrorBody)))]
@@ -89,7 +89,7 @@ async fn usage(
 }
 
 /// Admin alias of `GET /quotas`.
-#[utoipa::path(get, path = "/admin/quotas", tag = "admin",
+#[utoipa::path(operation_id = "admin_list_quotas", get, path = "/admin/quotas", tag = "admin",
     responses((status = 200, description = "Owner quotas", body = Vec<OwnerQuota>)))]
 async fn admin_list(
     state: State<ControlPlane>,
@@ -138,7 +138,7 @@ async fn admin_put(
 }
 
 /// Admin alias of `DELETE /quotas/{ownerID}`.
-#[utoipa::path(delete, path = "/admin/quotas/{ownerID}", tag = "admin",
+#[utoipa::path(operation_id = "admin_delete_quota", delete, path = "/admin/quotas/{ownerID}", tag = "admin",
     params(("ownerID" = String, Path, description = "Owner ID")),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
         (status = 404, description = "The owner has no quota", body = ErrorBody)))]

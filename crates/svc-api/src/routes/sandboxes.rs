@@ -34,7 +34,7 @@ struct PruneBody {
 }
 
 /// Spawns a sandbox.
-#[utoipa::path(post, path = "/sandboxes", tag = "sandboxes",
+#[utoipa::path(operation_id = "spawn_sandbox", post, path = "/sandboxes", tag = "sandboxes",
     request_body = SpawnRequest,
     params(("X-User-ID" = Option<String>, Header, description = "Owner; overrides owner_id")),
     responses(
@@ -69,7 +69,7 @@ async fn admission(
 }
 
 /// Lists sandboxes, newest first.
-#[utoipa::path(get, path = "/sandboxes", tag = "sandboxes", params(ListQuery),
+#[utoipa::path(operation_id = "list_sandboxes", get, path = "/sandboxes", tag = "sandboxes", params(ListQuery),
     responses((status = 200, description = "Sandboxes", body = Vec<Sandbox>),
         (status = 400, description = "Invalid filter", body = ErrorBody)))]
 async fn list(
@@ -97,7 +97,7 @@ async fn prune(
 }
 
 /// One sandbox (destroyed ones too, until `destroyed_retention` passes).
-#[utoipa::path(get, path = "/sandboxes/{id}", tag = "sandboxes",
+#[utoipa::path(operation_id = "get_sandbox", get, path = "/sandboxes/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "Sandbox ID")),
     responses((status = 200, description = "The sandbox", body = Sandbox),
         (status = 404, description = "No such sandbox", body = ErrorBody)))]

@@ -14,7 +14,7 @@ use crate::extract::{ApiJson, Caller};
 use crate::{ApiError, ErrorBody};
 
 /// Creates a template; omitted fields take the server defaults.
-#[utoipa::path(post, path = "/templates", tag = "templates", request_body = TemplateSpec,
+#[utoipa::path(operation_id = "create_template", post, path = "/templates", tag = "templates", request_body = TemplateSpec,
     responses((status = 201, description = "Created", body = Template),
         (status = 400, description = "Invalid template", body = ErrorBody),
         (status = 409, description = "Name exists", body = ErrorBody)))]
@@ -30,7 +30,7 @@ async fn create(
 }
 
 /// Every template, by name.
-#[utoipa::path(get, path = "/templates", tag = "templates",
+#[utoipa::path(operation_id = "list_templates", get, path = "/templates", tag = "templates",
     responses((status = 200, description = "Templates", body = Vec<Template>)))]
 async fn list(
     State(plane): State<ControlPlane>,
@@ -40,7 +40,7 @@ async fn list(
 }
 
 /// One template.
-#[utoipa::path(get, path = "/templates/{name}", tag = "templates",
+#[utoipa::path(operation_id = "get_template", get, path = "/templates/{name}", tag = "templates",
     params(("name" = String, Path, description = "Template name")),
     responses((status = 200, description = "The template", body = Template),
         (status = 404, description = "No such template", body = ErrorBody)))]
@@ -69,7 +69,7 @@ async fn update(
 }
 
 /// Deletes a template.
-#[utoipa::path(delete, path = "/templates/{name}", tag = "templates",
+#[utoipa::path(operation_id = "delete_template", delete, path = "/templates/{name}", tag = "templates",
     params(("name" = String, Path, description = "Template name")),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
         (status = 404, description = "No such template", body = ErrorBody)))]
@@ -83,7 +83,7 @@ async fn delete(
 }
 
 /// Spawns a sandbox from a template; the body may override `ttl` and `provider`.
-#[utoipa::path(post, path = "/templates/{name}/spawn", tag = "templates",
+#[utoipa::path(operation_id = "spawn_from_template", post, path = "/templates/{name}/spawn", tag = "templates",
     params(("name" = String, Path, description = "Template name"),
         ("X-User-ID" = Option<String>, Header, description = "Owner")),
     request_body(content = Option<TemplateSpawnRequest>, description = "Optional overrides"),

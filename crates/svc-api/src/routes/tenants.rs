@@ -19,7 +19,7 @@ use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
 /// Every tenant (a bare array; `default` always among them).
-#[utoipa::path(get, path = "/admin/tenants", tag = "tenants",
+#[utoipa::path(operation_id = "admin_list_tenants", get, path = "/admin/tenants", tag = "tenants",
     responses((status = 200, description = "Tenants", body = Vec<Tenant>)))]
 async fn list(
     State(plane): State<ControlPlane>,
@@ -29,7 +29,7 @@ async fn list(
 }
 
 /// Creates a tenant.
-#[utoipa::path(post, path = "/admin/tenants", tag = "tenants", request_body = TenantRequest,
+#[utoipa::path(operation_id = "admin_create_tenant", post, path = "/admin/tenants", tag = "tenants", request_body = TenantRequest,
     responses((status = 201, description = "Created", body = Tenant),
         (status = 400, description = "Invalid ID or name", body = ErrorBody),
         (status = 409, description = "The ID is taken", body = ErrorBody)))]
@@ -43,7 +43,7 @@ async fn create(
 }
 
 /// One tenant.
-#[utoipa::path(get, path = "/admin/tenants/{tenantID}", tag = "tenants",
+#[utoipa::path(operation_id = "admin_get_tenant", get, path = "/admin/tenants/{tenantID}", tag = "tenants",
     params(("tenantID" = String, Path, description = "Tenant ID")),
     responses((status = 200, description = "The tenant", body = Tenant),
         (status = 404, description = "No such tenant", body = ErrorBody)))]
@@ -56,7 +56,7 @@ async fn get(
 }
 
 /// Deletes a tenant with its members and policies (`default` cannot be deleted).
-#[utoipa::path(delete, path = "/admin/tenants/{tenantID}", tag = "tenants",
+#[utoipa::path(operation_id = "admin_delete_tenant", delete, path = "/admin/tenants/{tenantID}", tag = "tenants",
     params(("tenantID" = String, Path, description = "Tenant ID")),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
         (status = 400, description = "The default tenant", body = ErrorBody),

@@ -15,7 +15,7 @@ use crate::extract::{ApiJson, Caller};
 use crate::{ApiError, ErrorBody};
 
 /// Every registered worker, by ID, with `stale` computed now.
-#[utoipa::path(get, path = "/workers", tag = "workers",
+#[utoipa::path(operation_id = "list_workers", get, path = "/workers", tag = "workers",
     responses((status = 200, description = "Workers", body = Vec<Worker>)))]
 async fn list(
     State(plane): State<ControlPlane>,
@@ -25,7 +25,7 @@ async fn list(
 }
 
 /// One worker.
-#[utoipa::path(get, path = "/workers/{workerID}", tag = "workers",
+#[utoipa::path(operation_id = "get_worker", get, path = "/workers/{workerID}", tag = "workers",
     params(("workerID" = String, Path, description = "Worker ID")),
     responses((status = 200, description = "The worker", body = Worker),
         (status = 404, description = "No such worker", body = ErrorBody)))]
@@ -55,7 +55,7 @@ async fn admin_heartbeat(
 }
 
 /// Removes a worker from the registry.
-#[utoipa::path(delete, path = "/admin/workers/{workerID}", tag = "admin",
+#[utoipa::path(operation_id = "admin_delete_worker", delete, path = "/admin/workers/{workerID}", tag = "admin",
     params(("workerID" = String, Path, description = "Worker ID")),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
         (status = 404, description = "No such worker", body = ErrorBody)))]

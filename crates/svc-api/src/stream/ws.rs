@@ -1,7 +1,9 @@
 //! `GET /sandboxes/{id}/exec/ws`: interactive exec over a WebSocket (decisions §8). The first
 //! client message is `start`; then `stdin`, `resize` and `signal` in any order. The server
 //! sends `stdout`/`stderr`, then `exit`, and closes with 1000. A protocol error sends
-//! `{"type":"error","message":...}` and closes. A socket that closes ends the command.
+//! `{"type":"error","message":...}` and closes; the message also carries the error `code` a
+//! plain request would have answered (`bad_request` for a malformed message, `resource_limit`
+//! for a timeout over the cap, ...). A socket that closes ends the command.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -73,11 +75,14 @@ async fn send_json(socket: &mut (impl SinkExt<Message> + Unpin), value: serde_js
         .is_ok()
 }
 
-/// Sends an error message and closes.
-async fn fail(socket: &mut (impl SinkExt<Message> + Unpin), message: &str) {
+/// A malformed or unexpected client message.
+const PROTOCOL_ERROR: &str = "bad_request";
+
+/// Sends an error message with its `code` and closes.
+async fn fail(socket: &mut (impl SinkExt<Message> + Unpin), code: &str, message: &str) {
     send_json(
         socket,
-        serde_json::json!({"type": "error", "message": message}),
+        serde_json::json!({"type": "error", "code": code, "message": message}),
     )
     .await;
     let _ = socket
@@ -120,8 +125,8 @@ pub(crate) async fn session(
     };
     let start = match start {
         Ok(ClientMessage::Start(start)) => start,
-        Ok(_) => return fail(&mut sink, "the first message must be start").await,
-        Err(reason) => return fail(&mut sink, &reason).await,
+        Ok(_) => return fail(&mut sink, PROTOCOL_ERROR, "the first message must be start").await,
+        Err(reason) => return fail(&mut sink, PROTOCOL_ERROR, &reason).await,
     };
     let tty = start.tty.then(|| TtySize {
         cols: start.cols.unwrap_or(DEFAULT_TTY.cols),
@@ -144,7 +149,7 @@ pub(crate) async fn session(
         .await
     {
         Ok(running) => running,
-        Err(err) => return fail(&mut sink, &err.public_message()).await,
+        Err(err) => return fail(&mut sink, err.kind().code(), &err.public_message()).await,
     };
     let control = std::sync::Arc::clone(running.control());
     // Stdin is written by its own task, so a command that does not read cannot stall output.
@@ -189,12 +194,12 @@ pub(crate) async fn session(
                     Ok(None) => continue,
                     Err(reason) if reason.is_empty() => break,
                     Err(reason) => {
-                        fail(&mut sink, &reason).await;
+                        fail(&mut sink, PROTOCOL_ERROR, &reason).await;
                         break;
                     }
                 };
                 if let Err(reason) = handle(parse(text), control.as_ref(), &stdin_tx).await {
-                    fail(&mut sink, &reason).await;
+                    fail(&mut sink, PROTOCOL_ERROR, &reason).await;
                     break;
                 }
             }

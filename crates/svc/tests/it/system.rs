@@ -142,6 +142,18 @@ async fn openapi_document_describes_every_route() {
         ("/api/v1/admin/providers/{name}", &["get"]),
         ("/api/v1/admin/providers/test", &["post"]),
     ];
+    // Operation IDs are unique (OpenAPI requires it; client generators refuse duplicates).
+    let mut ids = std::collections::BTreeMap::new();
+    for (path, item) in paths {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"].as_str().unwrap_or_else(|| {
+                panic!("{method} {path} has no operationId");
+            });
+            if let Some(other) = ids.insert(id.to_owned(), format!("{method} {path}")) {
+                panic!("operationId {id} names both {other} and {method} {path}");
+            }
+        }
+    }
     for (path, methods) in expected {
         let item = paths
             .get(*path)

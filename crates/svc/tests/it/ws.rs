@@ -275,8 +275,27 @@ async fn protocol_errors_send_error_and_close() {
             error["message"].as_str().unwrap().contains(mention),
             "{error}"
         );
+        assert_eq!(error["code"], "bad_request", "{error}");
         assert!(close.is_some(), "the server closes after an error");
     }
+    // A refusal of the exec itself carries the code a plain exec would answer with.
+    let mut socket = connect(&server, &id).await;
+    send(
+        &mut socket,
+        json!({"type": "start", "command": "true", "timeout": "48h"}),
+    )
+    .await;
+    let (received, close) = drain(&mut socket).await;
+    let error = received.iter().find(|m| m["type"] == "error").unwrap();
+    assert_eq!(error["code"], "resource_limit", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_exec_timeout"),
+        "{error}"
+    );
+    assert!(close.is_some());
     // A plain GET without the upgrade is a JSON 400.
     server
         .get(&format!("/sandboxes/{id}/exec/ws"))

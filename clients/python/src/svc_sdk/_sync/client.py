@@ -42,6 +42,7 @@ from ..errors import (
     SvcConnectionError,
     SvcError,
     SvcTimeoutError,
+    error_from_code,
     error_from_response,
 )
 from ..models import (
@@ -1105,7 +1106,11 @@ class PtySession:
                 self._ws.close()
                 return None
             if kind == "error":
-                raise ProtocolError(str(msg.get("message", "protocol error")))
+                message = str(msg.get("message", "protocol error"))
+                code = msg.get("code")
+                if isinstance(code, str):
+                    raise error_from_code(code, message)
+                raise ProtocolError(message)
 
     def iter_output(self, timeout: float | None = None) -> Iterator[OutputChunk]:
         """Yields output until the command exits (``timeout`` applies to each chunk)."""

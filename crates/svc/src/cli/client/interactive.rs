@@ -133,9 +133,10 @@ fn deliver(text: &str) -> Result<Option<i32>, ClientError> {
             return Ok(Some(i32::try_from(code).unwrap_or(1)));
         }
         Some("error") => {
-            return Err(ClientError::Transport(
-                message["message"].as_str().unwrap_or("error").to_owned(),
-            ))
+            return Err(ClientError::Refused {
+                code: message["code"].as_str().unwrap_or("error").to_owned(),
+                message: message["message"].as_str().unwrap_or_default().to_owned(),
+            })
         }
         _ => {}
     }
