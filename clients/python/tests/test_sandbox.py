@@ -49,6 +49,28 @@ def test_create_get_list_extend_destroy(client: SvcClient, spawn_args: dict[str,
     client.destroy_sandbox(sb.id)  # idempotent
 
 
+def test_pause_and_resume(sandbox: Sandbox) -> None:
+    job = sandbox.commands.run("i=0; while true; do echo $i; i=$((i+1)); sleep 0.05; done", background=True)
+    deadline = time.monotonic() + 20
+    while job.info().stdout_bytes == 0:
+        assert time.monotonic() < deadline, "the counter never printed"
+        time.sleep(0.05)
+    paused = sandbox.pause()
+    assert paused.state == "paused" and paused.paused_at
+    frozen = job.info().stdout_bytes
+    time.sleep(1)
+    assert job.info().stdout_bytes == frozen, "a paused sandbox went on printing"
+    with pytest.raises(ConflictError):
+        sandbox.commands.run("true")
+    assert sandbox.pause().state == "paused"  # idempotent
+    resumed = sandbox.resume()
+    assert resumed.state == "running" and resumed.paused_at is None
+    while job.info().stdout_bytes == frozen:
+        assert time.monotonic() < deadline + 20, "the counter did not continue"
+        time.sleep(0.05)
+    job.kill()
+
+
 def test_connect_to_existing(client: SvcClient, sandbox: Sandbox) -> None:
     other = Sandbox.connect(sandbox.id)  # own client, SVC_URL from the environment
     try:

@@ -960,6 +960,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sandboxes/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Freezes the sandbox's processes and memory (decisions §7): exec and files answer 409 until
+         *     it is resumed, and it does not expire meanwhile. Pausing a paused sandbox is no change.
+         */
+        post: operations["pause_sandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sandboxes/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Thaws a paused sandbox; `expires_at` moves later by the time it spent paused. Resuming a
+         *     running sandbox is no change.
+         */
+        post: operations["resume_sandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sandboxes/{id}/stats": {
         parameters: {
             query?: never;
@@ -1228,7 +1268,7 @@ export interface components {
          * @description One capability a provider declares.
          * @enum {string}
          */
-        Capability: "spawn" | "exec" | "exec_stream" | "files" | "console" | "health" | "runtime_inventory" | "container" | "snapshots" | "microvm" | "vsock_agent" | "stats";
+        Capability: "spawn" | "exec" | "exec_stream" | "files" | "console" | "health" | "runtime_inventory" | "container" | "snapshots" | "microvm" | "vsock_agent" | "stats" | "pause";
         /** @description `POST /files/chmod` body. */
         ChmodFile: {
             /**
@@ -1319,7 +1359,7 @@ export interface components {
          * @description Every event type the service publishes.
          * @enum {string}
          */
-        EventType: "sandbox.created" | "sandbox.running" | "sandbox.destroyed" | "sandbox.error" | "exec.started" | "exec.completed" | "exec.failed" | "exec.timeout" | "file.written" | "file.read" | "operation.failed" | "resource.limit" | "provider.failed" | "reconcile.action" | "spawn.queued" | "spawn.dequeued" | "spawn.queue_timeout" | "quota.saved" | "quota.deleted";
+        EventType: "sandbox.created" | "sandbox.running" | "sandbox.destroyed" | "sandbox.error" | "sandbox.paused" | "sandbox.resumed" | "exec.started" | "exec.completed" | "exec.failed" | "exec.timeout" | "file.written" | "file.read" | "operation.failed" | "resource.limit" | "provider.failed" | "reconcile.action" | "spawn.queued" | "spawn.dequeued" | "spawn.queue_timeout" | "quota.saved" | "quota.deleted";
         /** @example ex-0123456789abcdef */
         ExecId: string;
         /** @description One exec as `GET /sandboxes/{id}/execs` shows it. */
@@ -2146,6 +2186,11 @@ export interface components {
             network?: string | null;
             /** @description The owner (`X-User-ID` or `owner_id`), empty when anonymous. */
             owner_id: string;
+            /**
+             * Format: date-time
+             * @description When it was paused; absent unless it is paused.
+             */
+            paused_at?: string | null;
             /** @description `<id>.<server.preview_domain>`. */
             preview_domain: string;
             /** @description Provider name. */
@@ -2201,7 +2246,7 @@ export interface components {
          * @description Lifecycle state (decisions §7).
          * @enum {string}
          */
-        SandboxState: "creating" | "running" | "error" | "destroyed";
+        SandboxState: "creating" | "running" | "paused" | "error" | "destroyed";
         /** @description A sandbox's resource usage at one moment (`GET /sandboxes/{id}/stats`, decisions §13). */
         SandboxStats: {
             /**
@@ -5480,7 +5525,10 @@ export interface operations {
                 owner_id?: string;
                 /** @description Only this provider's sandboxes. */
                 provider?: string;
-                /** @description `creating`, `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed. */
+                /**
+                 * @description `creating`, `running`, `paused`, `error`, `destroyed` or `all`; default: every sandbox not
+                 *     destroyed.
+                 */
                 state?: string;
             };
             header?: never;
@@ -7491,6 +7539,190 @@ export interface operations {
                     "X-RateLimit-Limit"?: number;
                     /** @description Whole tokens left (0) */
                     "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    pause_sandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox, `paused` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description The provider cannot pause */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox not running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Provider failed */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    resume_sandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox, `running` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description The provider cannot pause */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Sandbox not paused or running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Provider failed */
+            500: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

@@ -26,6 +26,8 @@ export const routes = {
   sandboxGet: { method: "GET", path: "/api/v1/sandboxes/{id}" },
   sandboxDestroy: { method: "DELETE", path: "/api/v1/sandboxes/{id}" },
   sandboxExtend: { method: "POST", path: "/api/v1/sandboxes/{id}/extend" },
+  sandboxPause: { method: "POST", path: "/api/v1/sandboxes/{id}/pause" },
+  sandboxResume: { method: "POST", path: "/api/v1/sandboxes/{id}/resume" },
   sandboxLogs: { method: "GET", path: "/api/v1/sandboxes/{id}/logs" },
   sandboxStats: { method: "GET", path: "/api/v1/sandboxes/{id}/stats" },
 

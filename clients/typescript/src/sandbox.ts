@@ -96,6 +96,16 @@ export class Sandbox {
     return SvcClient.from(options).json("sandboxExtend", { params: { id }, body: { ttl: toDuration(ttl) } });
   }
 
+  /** Freezes a sandbox's processes (idempotent); it does not expire while paused. */
+  static async pause(id: string, options: ConnectionOptions = {}): Promise<SandboxInfo> {
+    return SvcClient.from(options).json("sandboxPause", { params: { id } });
+  }
+
+  /** Thaws a paused sandbox (idempotent); `expires_at` moves by the time it spent paused. */
+  static async resume(id: string, options: ConnectionOptions = {}): Promise<SandboxInfo> {
+    return SvcClient.from(options).json("sandboxResume", { params: { id } });
+  }
+
   /** Destroys every expired sandbox the caller sees; answers how many. */
   static async prune(options: ConnectionOptions = {}): Promise<number> {
     return (await SvcClient.from(options).json("sandboxPrune")).pruned;
@@ -140,6 +150,18 @@ export class Sandbox {
   /** Sets `expires_at` to now + ttl (a duration string or seconds). */
   async extend(ttl: string | number): Promise<SandboxInfo> {
     this.info = await Sandbox.extend(this.id, ttl, { client: this.client });
+    return this.info;
+  }
+
+  /** Freezes the sandbox's processes; commands and files answer ConflictError until resumed. */
+  async pause(): Promise<SandboxInfo> {
+    this.info = await Sandbox.pause(this.id, { client: this.client });
+    return this.info;
+  }
+
+  /** Thaws a paused sandbox. */
+  async resume(): Promise<SandboxInfo> {
+    this.info = await Sandbox.resume(this.id, { client: this.client });
     return this.info;
   }
 

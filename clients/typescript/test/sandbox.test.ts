@@ -55,6 +55,34 @@ eachProvider(server, "sandbox", (provider) => {
     await assert.rejects(sandbox.files.write("/x", "x"), ConflictError);
   });
 
+  it("pauses and resumes: a paused sandbox's counter stops and commands are refused", async () => {
+    await Sandbox.with(spawnOptions(provider), async (sandbox) => {
+      const job = await sandbox.commands.run("i=0; while true; do echo $i; i=$((i+1)); sleep 0.05; done", { background: true });
+      const printed = async () => (await job.info()).stdout_bytes;
+      const deadline = Date.now() + 20_000;
+      while ((await printed()) === 0) {
+        assert.ok(Date.now() < deadline, "the counter never printed");
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const paused = await sandbox.pause();
+      assert.equal(paused.state, "paused");
+      assert.ok(paused.paused_at);
+      const frozen = await printed();
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      assert.equal(await printed(), frozen, "a paused sandbox went on printing");
+      await assert.rejects(sandbox.commands.run("true"), ConflictError);
+      assert.equal((await Sandbox.pause(sandbox.id)).state, "paused");
+      const resumed = await sandbox.resume();
+      assert.equal(resumed.state, "running");
+      assert.equal(resumed.paused_at, undefined);
+      while ((await printed()) === frozen) {
+        assert.ok(Date.now() < deadline + 20_000, "the counter did not continue");
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await job.kill();
+    });
+  });
+
   it("Sandbox.with destroys afterwards, also when the callback throws", async () => {
     let id = "";
     const answer = await Sandbox.with(spawnOptions(provider), async (sandbox) => {

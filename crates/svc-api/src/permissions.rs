@@ -96,6 +96,8 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("POST", "/sandboxes/{id}/execs/{exec_id}/stdin", Exec),
         ("POST", "/sandboxes/{id}/execs/{exec_id}/signal", Exec),
         ("POST", "/sandboxes/{id}/extend", Extend),
+        ("POST", "/sandboxes/{id}/pause", Pause),
+        ("POST", "/sandboxes/{id}/resume", Pause),
         ("GET", "/sandboxes/{id}/files", ReadFiles),
         ("POST", "/sandboxes/{id}/files", WriteFiles),
         ("PUT", "/sandboxes/{id}/files", WriteFiles),

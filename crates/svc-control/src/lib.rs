@@ -13,6 +13,7 @@ mod files;
 mod held_leases;
 pub mod identity;
 pub mod observe;
+mod pause;
 mod plane;
 pub mod pool;
 mod principal;

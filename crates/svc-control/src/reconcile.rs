@@ -241,6 +241,8 @@ impl ControlPlane {
             destroyed_at: None,
             state_reason: None,
             state_message: None,
+            paused_at: None,
+            paused_for: std::time::Duration::ZERO,
             env: BTreeMap::new(),
         }
     }

@@ -91,7 +91,7 @@ impl ControlPlane {
                 Error::invalid(
                     "state",
                     format!(
-                        "unknown state {} (allowed: creating, running, error, destroyed, all)",
+                        "unknown state {} (allowed: creating, running, paused, error, destroyed, all)",
                         echo(other)
                     ),
                 )
@@ -213,7 +213,7 @@ impl ControlPlane {
 
     /// 409 `lease_conflict` when another worker holds `sandbox`'s lease unexpired (a read: the
     /// runtime operations that do not end the sandbox need no lease of their own).
-    async fn check_not_fenced(&self, sandbox: &Sandbox) -> Result<(), Error> {
+    pub(crate) async fn check_not_fenced(&self, sandbox: &Sandbox) -> Result<(), Error> {
         if self
             .inner
             .held_leases
@@ -286,7 +286,7 @@ impl ControlPlane {
 
     /// The 409 for a sandbox that left `running` while an operation on it was under way: what
     /// its record says now, so the refusal says why it ended.
-    async fn ended_meanwhile(&self, sandbox: &Sandbox) -> Error {
+    pub(crate) async fn ended_meanwhile(&self, sandbox: &Sandbox) -> Error {
         match self.store().get_sandbox(&sandbox.id).await {
             Ok(Some(now)) if now.state != SandboxState::Running => now.not_running_error(),
             // Gone or unreadable: it has ended, how is not known here.

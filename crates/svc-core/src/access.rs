@@ -110,6 +110,8 @@ pub enum Action {
     Destroy,
     /// Extend a sandbox.
     Extend,
+    /// Pause or resume a sandbox.
+    Pause,
     /// Prune expired sandboxes.
     Prune,
     /// Run commands (every form).
@@ -156,6 +158,7 @@ impl Action {
             | Action::CheckAdmission
             | Action::Destroy
             | Action::Extend
+            | Action::Pause
             | Action::Prune
             | Action::Exec
             | Action::WriteFiles => RouteGroup::Lifecycle,
@@ -188,6 +191,7 @@ impl Action {
             Action::CheckAdmission => "check spawn admission",
             Action::Destroy => "destroy sandboxes",
             Action::Extend => "extend sandboxes",
+            Action::Pause => "pause and resume sandboxes",
             Action::Prune => "prune sandboxes",
             Action::Exec => "run commands",
             Action::WriteFiles => "change files",
@@ -281,6 +285,7 @@ mod tests {
             Action::Spawn,
             Action::Exec,
             Action::Destroy,
+            Action::Pause,
             Action::WriteFiles,
         ] {
             assert!(!permits(Viewer, false, action), "{action:?}");

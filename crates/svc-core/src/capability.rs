@@ -42,6 +42,8 @@ pub enum Capability {
     VsockAgent,
     /// Reports a sandbox's resource usage (`GET /sandboxes/{id}/stats`).
     Stats,
+    /// Freezes and thaws a sandbox (`POST /sandboxes/{id}/pause` and `/resume`).
+    Pause,
 }
 
 impl Capability {
@@ -60,6 +62,7 @@ impl Capability {
             Capability::Microvm => "microvm",
             Capability::VsockAgent => "vsock_agent",
             Capability::Stats => "stats",
+            Capability::Pause => "pause",
         }
     }
 }

@@ -466,7 +466,9 @@ fn not_running(
     let verb = match state {
         SandboxState::Destroyed => "was destroyed",
         SandboxState::Error => "has failed",
-        SandboxState::Creating | SandboxState::Running => return state.describe().to_owned(),
+        SandboxState::Creating | SandboxState::Running | SandboxState::Paused => {
+            return state.describe().to_owned()
+        }
     };
     let Some(reason) = reason else {
         // A record ended before reasons were kept.

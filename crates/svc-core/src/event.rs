@@ -22,6 +22,12 @@ pub enum EventType {
     /// A sandbox failed.
     #[serde(rename = "sandbox.error")]
     SandboxError,
+    /// A sandbox was paused.
+    #[serde(rename = "sandbox.paused")]
+    SandboxPaused,
+    /// A paused sandbox runs again.
+    #[serde(rename = "sandbox.resumed")]
+    SandboxResumed,
     /// A command started.
     #[serde(rename = "exec.started")]
     ExecStarted,
@@ -71,11 +77,13 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, for filters and docs.
-    pub const ALL: [EventType; 19] = [
+    pub const ALL: [EventType; 21] = [
         EventType::SandboxCreated,
         EventType::SandboxRunning,
         EventType::SandboxDestroyed,
         EventType::SandboxError,
+        EventType::SandboxPaused,
+        EventType::SandboxResumed,
         EventType::ExecStarted,
         EventType::ExecCompleted,
         EventType::ExecFailed,
@@ -100,6 +108,8 @@ impl EventType {
             EventType::SandboxRunning => "sandbox.running",
             EventType::SandboxDestroyed => "sandbox.destroyed",
             EventType::SandboxError => "sandbox.error",
+            EventType::SandboxPaused => "sandbox.paused",
+            EventType::SandboxResumed => "sandbox.resumed",
             EventType::ExecStarted => "exec.started",
             EventType::ExecCompleted => "exec.completed",
             EventType::ExecFailed => "exec.failed",
@@ -306,6 +316,10 @@ pub enum EventPayload {
     SandboxDestroyed(SandboxEventData),
     /// `sandbox.error`.
     SandboxError(SandboxEventData),
+    /// `sandbox.paused`.
+    SandboxPaused(SandboxEventData),
+    /// `sandbox.resumed`.
+    SandboxResumed(SandboxEventData),
     /// `exec.started`.
     ExecStarted(ExecEventData),
     /// `exec.completed`.
@@ -346,6 +360,8 @@ impl EventPayload {
             EventPayload::SandboxRunning(_) => EventType::SandboxRunning,
             EventPayload::SandboxDestroyed(_) => EventType::SandboxDestroyed,
             EventPayload::SandboxError(_) => EventType::SandboxError,
+            EventPayload::SandboxPaused(_) => EventType::SandboxPaused,
+            EventPayload::SandboxResumed(_) => EventType::SandboxResumed,
             EventPayload::ExecStarted(_) => EventType::ExecStarted,
             EventPayload::ExecCompleted(_) => EventType::ExecCompleted,
             EventPayload::ExecFailed(_) => EventType::ExecFailed,
@@ -370,7 +386,9 @@ impl EventPayload {
             EventPayload::SandboxCreated(d)
             | EventPayload::SandboxRunning(d)
             | EventPayload::SandboxDestroyed(d)
-            | EventPayload::SandboxError(d) => serde_json::to_value(d),
+            | EventPayload::SandboxError(d)
+            | EventPayload::SandboxPaused(d)
+            | EventPayload::SandboxResumed(d) => serde_json::to_value(d),
             EventPayload::ExecStarted(d)
             | EventPayload::ExecCompleted(d)
             | EventPayload::ExecFailed(d)

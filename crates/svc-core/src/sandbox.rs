@@ -18,6 +18,8 @@ pub enum SandboxState {
     Creating,
     /// Spawned and usable.
     Running,
+    /// Frozen by a pause: it keeps its runtime, counts toward quotas and does not expire.
+    Paused,
     /// A provider failure left it unusable.
     Error,
     /// Gone; the record stays readable for `destroyed_retention`.
@@ -30,6 +32,7 @@ impl SandboxState {
         match self {
             SandboxState::Creating => "creating",
             SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
             SandboxState::Error => "error",
             SandboxState::Destroyed => "destroyed",
         }
@@ -40,6 +43,7 @@ impl SandboxState {
         match value {
             "creating" => Some(SandboxState::Creating),
             "running" => Some(SandboxState::Running),
+            "paused" => Some(SandboxState::Paused),
             "error" => Some(SandboxState::Error),
             "destroyed" => Some(SandboxState::Destroyed),
             _ => None,
@@ -48,7 +52,10 @@ impl SandboxState {
 
     /// True for the states that hold (or are getting) a runtime: these count toward capacity.
     pub fn holds_runtime(self) -> bool {
-        matches!(self, SandboxState::Creating | SandboxState::Running)
+        matches!(
+            self,
+            SandboxState::Creating | SandboxState::Running | SandboxState::Paused
+        )
     }
 
     /// True once the sandbox is gone for good (`destroyed` or `error`).
@@ -61,6 +68,7 @@ impl SandboxState {
         match self {
             SandboxState::Creating => "is still being created",
             SandboxState::Running => "is running",
+            SandboxState::Paused => "is paused",
             SandboxState::Error => "has failed",
             SandboxState::Destroyed => "is destroyed",
         }
@@ -184,6 +192,14 @@ pub struct Sandbox {
     /// Free text about how it ended; absent until it has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_message: Option<String>,
+    /// When it was paused; absent unless it is paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub paused_at: Option<Timestamp>,
+    /// Time spent paused before the current pause, which does not count toward the maximum
+    /// lifetime.
+    #[serde(skip)]
+    pub paused_for: Duration,
     /// Default environment for every exec; never rendered, it may hold secrets.
     #[serde(skip)]
     pub env: BTreeMap<String, String>,
@@ -195,9 +211,26 @@ impl Sandbox {
         self.state.holds_runtime()
     }
 
-    /// The lifetime from creation that an extend by `ttl` at `now` would give.
+    /// The lifetime from creation that an extend by `ttl` at `now` would give, not counting
+    /// time spent paused (decisions §7).
     pub fn lifetime_if_extended(&self, now: Timestamp, ttl: Duration) -> Duration {
-        elapsed_between(self.created_at, add_duration(now, ttl))
+        elapsed_between(self.created_at, add_duration(now, ttl)).saturating_sub(self.paused_for)
+    }
+
+    /// The record once resumed at `now`: running again, with `expires_at` later by the time
+    /// spent paused, which adds to `paused_for`.
+    pub fn resumed(&self, now: Timestamp) -> Sandbox {
+        let paused = self
+            .paused_at
+            .map(|at| elapsed_between(at, now))
+            .unwrap_or_default();
+        Sandbox {
+            state: SandboxState::Running,
+            expires_at: add_duration(self.expires_at, paused),
+            paused_at: None,
+            paused_for: self.paused_for + paused,
+            ..self.clone()
+        }
     }
 
     /// The 409 for an operation that needs it running: its state, and once it has ended, why
@@ -452,6 +485,8 @@ mod tests {
             destroyed_at: None,
             state_reason: None,
             state_message: None,
+            paused_at: None,
+            paused_for: std::time::Duration::ZERO,
             env: BTreeMap::from([("SECRET".into(), "hunter2".into())]),
         }
     }

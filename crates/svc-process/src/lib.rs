@@ -275,6 +275,26 @@ impl Control {
     pub fn kill(&self) -> Result<(), ProcessError> {
         self.signal(Signal::Kill)
     }
+
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the command's process group: how a sandbox
+    /// of host processes is paused and resumed. A group that is gone is success.
+    pub fn freeze(&self, frozen: bool) -> Result<(), ProcessError> {
+        let Some(group) = self.group else {
+            return Ok(());
+        };
+        let signal = if frozen {
+            rustix::process::Signal::STOP
+        } else {
+            rustix::process::Signal::CONT
+        };
+        match rustix::process::kill_process_group(group, signal) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(err) => Err(ProcessError::io(
+                format!("sending {signal:?} to the command"),
+                std::io::Error::from(err),
+            )),
+        }
+    }
 }
 
 fn ignore_gone(result: rustix::io::Result<()>, what: Signal) -> Result<(), ProcessError> {

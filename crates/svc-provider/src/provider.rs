@@ -177,6 +177,16 @@ pub trait Provider: Send + Sync + 'static {
         Err(ProviderError::Unsupported { op: "stats" })
     }
 
+    /// Freezes the runtime's processes (capability `pause`); a paused runtime stays paused.
+    async fn pause(&self, _id: &SandboxId) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "pause" })
+    }
+
+    /// Thaws a paused runtime; a running one stays running.
+    async fn resume(&self, _id: &SandboxId) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "resume" })
+    }
+
     /// Every runtime carrying svc's labels.
     async fn inventory(&self) -> Result<Vec<RuntimeInfo>, ProviderError> {
         Err(ProviderError::Unsupported { op: "inventory" })

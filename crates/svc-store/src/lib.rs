@@ -172,6 +172,15 @@ pub trait Store: Send + Sync + 'static {
         expires_at: Timestamp,
     ) -> StoreResult<Option<Sandbox>>;
 
+    /// Moves a `running` sandbox to `paused` at `at`. Returns the updated record, or `None`
+    /// when it is not running.
+    async fn pause_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>>;
+
+    /// Moves a `paused` sandbox back to `running` at `at`, moving `expires_at` later by the
+    /// time it spent paused (added to its paused total too). Returns the updated record, or
+    /// `None` when it is not paused.
+    async fn resume_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>>;
+
     /// Moves a `running` sandbox of worker `from` to worker `to` (a live worker taking over a
     /// dead one's sandbox). Returns the updated record, or `None` when the sandbox is not
     /// running or not `from`'s any more (so one taker wins).

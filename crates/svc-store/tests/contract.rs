@@ -250,6 +250,8 @@ fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
         destroyed_at: None,
         state_reason: None,
         state_message: None,
+        paused_at: None,
+        paused_for: std::time::Duration::ZERO,
         env: BTreeMap::from([("A".into(), "1".into())]),
     }
 }
@@ -447,6 +449,90 @@ async fn expiry_and_purge(store: &dyn Store) {
     assert!(
         store.get_sandbox(&late.id).await.unwrap().is_some(),
         "running sandboxes are never purged"
+    );
+}
+
+/// Pause and resume (decisions §7): a paused sandbox holds its runtime and does not expire;
+/// resume moves its expiry and adds to its paused total; both happen once.
+async fn pause_and_resume(store: &dyn Store) {
+    let sandbox = sandbox("pauser", "mock", at(0));
+    store.insert_sandbox(&sandbox).await.unwrap();
+    let paused = store
+        .pause_sandbox(&sandbox.id, at(100))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(paused.state, SandboxState::Paused);
+    assert_eq!(paused.paused_at, Some(at(100)));
+    assert_eq!(
+        store.pause_sandbox(&sandbox.id, at(101)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.count_active_sandboxes(Some("pauser")).await.unwrap(),
+        1
+    );
+    assert!(
+        store
+            .list_expired_sandboxes(sandbox.expires_at)
+            .await
+            .unwrap()
+            .iter()
+            .all(|s| s.id != sandbox.id),
+        "a paused sandbox does not expire"
+    );
+    let filter = SandboxFilter {
+        state: StateFilter::Only(SandboxState::Paused),
+        ..SandboxFilter::default()
+    };
+    assert_eq!(store.list_sandboxes(&filter).await.unwrap().len(), 1);
+    assert_eq!(
+        store.get_sandbox(&sandbox.id).await.unwrap().unwrap(),
+        paused
+    );
+
+    let resumed = store
+        .resume_sandbox(&sandbox.id, at(130))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resumed.state, SandboxState::Running);
+    assert_eq!(resumed.paused_at, None);
+    assert_eq!(
+        resumed.expires_at,
+        add_duration(sandbox.expires_at, Duration::from_secs(30))
+    );
+    assert_eq!(resumed.paused_for, Duration::from_secs(30));
+    assert_eq!(
+        resumed,
+        paused.resumed(at(130)),
+        "the store and the domain agree"
+    );
+    assert_eq!(
+        store.resume_sandbox(&sandbox.id, at(131)).await.unwrap(),
+        None
+    );
+    // A second pause adds to the total; a paused sandbox can be destroyed.
+    store
+        .pause_sandbox(&sandbox.id, at(200))
+        .await
+        .unwrap()
+        .unwrap();
+    let again = store
+        .resume_sandbox(&sandbox.id, at(210))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.paused_for, Duration::from_secs(40));
+    store
+        .pause_sandbox(&sandbox.id, at(300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(destroy(store, &sandbox.id, at(301)).await.is_some());
+    assert_eq!(
+        store.count_active_sandboxes(Some("pauser")).await.unwrap(),
+        0
     );
 }
 
@@ -1635,6 +1721,7 @@ macro_rules! all_cases {
                 list_filters_and_orders_newest_first,
                 destroy_happens_once,
                 expiry_and_purge,
+                pause_and_resume,
                 template_crud,
                 concurrent_writes_are_all_kept,
                 admission_counts_and_records_in_one_write,

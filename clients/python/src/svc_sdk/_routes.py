@@ -41,6 +41,8 @@ ROUTES: dict[str, Route] = {
     "sandbox_get": Route("GET", "/sandboxes/{id}"),
     "sandbox_destroy": Route("DELETE", "/sandboxes/{id}"),
     "sandbox_extend": Route("POST", "/sandboxes/{id}/extend", body="ExtendRequest"),
+    "sandbox_pause": Route("POST", "/sandboxes/{id}/pause"),
+    "sandbox_resume": Route("POST", "/sandboxes/{id}/resume"),
     "sandbox_logs": Route("GET", "/sandboxes/{id}/logs", query=("lines",)),
     "sandbox_stats": Route("GET", "/sandboxes/{id}/stats"),
     # exec

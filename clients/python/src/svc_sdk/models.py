@@ -79,6 +79,7 @@ class SandboxInfo:
     state_reason: str | None = None
     state_message: str | None = None
     destroyed_at: str | None = None
+    paused_at: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> SandboxInfo:

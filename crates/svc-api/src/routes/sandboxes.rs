@@ -1,4 +1,4 @@
-//! `/sandboxes`: spawn, list, get, destroy, prune, extend, stats.
+//! `/sandboxes`: spawn, list, get, destroy, prune, extend, pause, resume, stats.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -18,7 +18,8 @@ use crate::{ApiError, ErrorBody};
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
-    /// `creating`, `running`, `error`, `destroyed` or `all`; default: every sandbox not destroyed.
+    /// `creating`, `running`, `paused`, `error`, `destroyed` or `all`; default: every sandbox not
+    /// destroyed.
     state: Option<String>,
     /// Only this owner's sandboxes.
     owner_id: Option<String>,
@@ -144,6 +145,42 @@ async fn extend(
     Ok(Json(plane.extend_sandbox(&principal, &id, request).await?))
 }
 
+/// Freezes the sandbox's processes and memory (decisions §7): exec and files answer 409 until
+/// it is resumed, and it does not expire meanwhile. Pausing a paused sandbox is no change.
+#[utoipa::path(post, path = "/sandboxes/{id}/pause", tag = "sandboxes",
+    operation_id = "pause_sandbox",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses((status = 200, description = "The sandbox, `paused`", body = Sandbox),
+        (status = 400, description = "The provider cannot pause", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox not running", body = ErrorBody),
+        (status = 500, description = "Provider failed", body = ErrorBody)))]
+async fn pause(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    Ok(Json(plane.pause_sandbox(&principal, &id).await?))
+}
+
+/// Thaws a paused sandbox; `expires_at` moves later by the time it spent paused. Resuming a
+/// running sandbox is no change.
+#[utoipa::path(post, path = "/sandboxes/{id}/resume", tag = "sandboxes",
+    operation_id = "resume_sandbox",
+    params(("id" = String, Path, description = "Sandbox ID")),
+    responses((status = 200, description = "The sandbox, `running`", body = Sandbox),
+        (status = 400, description = "The provider cannot pause", body = ErrorBody),
+        (status = 404, description = "No such sandbox", body = ErrorBody),
+        (status = 409, description = "Sandbox not paused or running", body = ErrorBody),
+        (status = 500, description = "Provider failed", body = ErrorBody)))]
+async fn resume(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    Ok(Json(plane.resume_sandbox(&principal, &id).await?))
+}
+
 /// The sandbox's resource usage, sampled now by its provider (docker: the engine's stats; mock:
 /// its host processes). `cpu_percent` is in percent of one CPU.
 #[utoipa::path(get, path = "/sandboxes/{id}/stats", tag = "sandboxes",
@@ -166,6 +203,8 @@ pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
         .routes(routes!(spawn, list, prune))
         .routes(routes!(get, destroy))
         .routes(routes!(extend))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
         .routes(routes!(stats))
         .routes(routes!(admission))
 }

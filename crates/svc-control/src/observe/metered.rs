@@ -100,6 +100,14 @@ impl Provider for Metered {
         self.measure("inventory", self.inner.inventory()).await
     }
 
+    async fn pause(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.measure("pause", self.inner.pause(id)).await
+    }
+
+    async fn resume(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.measure("resume", self.inner.resume(id)).await
+    }
+
     async fn logs(&self, id: &SandboxId, lines: usize) -> Result<Vec<String>, ProviderError> {
         self.measure("logs", self.inner.logs(id, lines)).await
     }

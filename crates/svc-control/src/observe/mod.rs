@@ -320,11 +320,7 @@ impl ControlPlane {
             memory,
             goroutines: live_tasks(),
             sandboxes: SandboxCounts::from_groups(&groups?, |state| {
-                use svc_core::sandbox::SandboxState;
-                matches!(
-                    SandboxState::parse(state),
-                    Some(SandboxState::Creating | SandboxState::Running)
-                )
+                svc_core::sandbox::SandboxState::parse(state).is_some_and(|s| s.holds_runtime())
             }),
             providers,
             workers: WorkerSummary::of(workers),

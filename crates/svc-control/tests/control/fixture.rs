@@ -283,6 +283,14 @@ impl Store for FaultyStore {
         self.write("set_sandbox_expiry")?;
         self.inner.set_sandbox_expiry(id, expires_at).await
     }
+    async fn pause_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>> {
+        self.write("pause_sandbox")?;
+        self.inner.pause_sandbox(id, at).await
+    }
+    async fn resume_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>> {
+        self.write("resume_sandbox")?;
+        self.inner.resume_sandbox(id, at).await
+    }
     async fn reassign_sandbox(
         &self,
         id: &SandboxId,

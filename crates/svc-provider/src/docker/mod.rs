@@ -47,6 +47,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::RuntimeInventory,
     Capability::Container,
     Capability::Stats,
+    Capability::Pause,
 ];
 
 /// Request timeout for engine calls (streams are not bounded by it).
@@ -283,6 +284,17 @@ impl DockerProvider {
         exported.and(removed)
     }
 
+    /// Whether the engine reports the container paused.
+    async fn is_paused(&self, name: &str) -> Result<bool, ProviderError> {
+        let inspect = self
+            .client()
+            .await?
+            .inspect_container(name, None)
+            .await
+            .map_err(|e| container_error(name, "inspecting the container", &e))?;
+        Ok(inspect.state.and_then(|s| s.paused) == Some(true))
+    }
+
     async fn remove(&self, name: &str) -> Result<(), ProviderError> {
         let docker = self.client().await?;
         let options = RemoveContainerOptions {
@@ -403,6 +415,25 @@ impl Provider for DockerProvider {
         }
     }
 
+    async fn pause(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        let name = container_name(id);
+        match self.client().await?.pause_container(&name).await {
+            Ok(()) => Ok(()),
+            // Idempotent: the engine answers 409 for a container that is already paused.
+            Err(err) if status_of(&err) == Some(409) && self.is_paused(&name).await? => Ok(()),
+            Err(err) => Err(container_error(id.as_str(), "pausing the container", &err)),
+        }
+    }
+
+    async fn resume(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        let name = container_name(id);
+        match self.client().await?.unpause_container(&name).await {
+            Ok(()) => Ok(()),
+            Err(err) if status_of(&err) == Some(409) && !self.is_paused(&name).await? => Ok(()),
+            Err(err) => Err(container_error(id.as_str(), "resuming the container", &err)),
+        }
+    }
+
     async fn stats(&self, id: &SandboxId) -> Result<SandboxStats, ProviderError> {
         stats::sample(&self.client().await?, &container_name(id), id.as_str()).await
     }
@@ -429,7 +460,10 @@ impl Provider for DockerProvider {
                 Some(RuntimeInfo {
                     sandbox_id: id,
                     image: c.image.unwrap_or_default(),
-                    running: c.state.is_some_and(|s| s.to_string() == "running"),
+                    // A paused container still holds its sandbox (decisions §7).
+                    running: c
+                        .state
+                        .is_some_and(|s| matches!(s.to_string().as_str(), "running" | "paused")),
                     labels,
                     image_pulled: false,
                 })

@@ -39,12 +39,12 @@ impl ExecControl for MockControl {
 }
 
 /// Starts `spec` with `workdir` (a host directory inside the sandbox) as working directory and
-/// `home` as `HOME`.
+/// `home` as `HOME`; also hands back the process's control, which pause and resume signal.
 pub(super) fn start(
     home: &Path,
     workdir: &Path,
     spec: &ExecSpec,
-) -> Result<ExecSession, ProviderError> {
+) -> Result<(ExecSession, Arc<svc_process::Control>), ProviderError> {
     let process = svc_process::spawn(&svc_process::Command {
         argv: spec.argv.clone(),
         env: svc_process::environment(
@@ -57,9 +57,10 @@ pub(super) fn start(
         stdin: spec.stdin,
         user: spec.user.as_ref().map(|user| (user.uid, user.gid)),
     })?;
-    Ok(ExecSession {
+    let session = ExecSession {
         output: Box::pin(ReceiverStream::new(process.output).map(Ok)),
-        control: Arc::new(MockControl(process.control)),
+        control: Arc::new(MockControl(Arc::clone(&process.control))),
         exit: process.exit.map_err(ProviderError::from).boxed(),
-    })
+    };
+    Ok((session, process.control))
 }

@@ -23,6 +23,7 @@ use crate::{
 mod archive;
 mod exec;
 mod files;
+mod freeze;
 mod stats;
 
 const CAPABILITIES: &[Capability] = &[
@@ -34,6 +35,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::Health,
     Capability::RuntimeInventory,
     Capability::Stats,
+    Capability::Pause,
 ];
 
 /// What `<id>.json` records about a runtime.
@@ -51,12 +53,16 @@ struct RuntimeRecord {
 #[derive(Debug)]
 pub struct MockProvider {
     root: PathBuf,
+    freezer: freeze::Freezer,
 }
 
 impl MockProvider {
     /// A provider keeping its sandboxes under `root` (created on first use).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        MockProvider { root: root.into() }
+        MockProvider {
+            root: root.into(),
+            freezer: freeze::Freezer::default(),
+        }
     }
 
     /// The directory holding every sandbox.
@@ -223,7 +229,18 @@ impl Provider for MockProvider {
             self.log_path(id),
             self.record_path(id),
         );
+        self.freezer.forget(id);
         files::blocking(move || Self::remove_runtime(&dir, &log, &record)).await
+    }
+
+    async fn pause(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.existing_dir(id).await?;
+        self.freezer.set(id, true)
+    }
+
+    async fn resume(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.existing_dir(id).await?;
+        self.freezer.set(id, false)
     }
 
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
@@ -318,7 +335,12 @@ impl Provider for MockProvider {
         };
         self.log_line(id, &format!("$ {}", spec.argv.join(" ")))
             .await;
-        exec::start(&home, &workdir, &spec)
+        let (session, command) = exec::start(&home, &workdir, &spec)?;
+        if let Err(err) = self.freezer.track(id, &command) {
+            let _ = command.kill();
+            return Err(err);
+        }
+        Ok(session)
     }
 
     async fn write_file(

@@ -15,6 +15,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         2,
         include_str!("../../migrations/postgres/0002_exec_records.sql"),
     ),
+    (
+        3,
+        include_str!("../../migrations/postgres/0003_paused_sandboxes.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

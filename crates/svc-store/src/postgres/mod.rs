@@ -100,7 +100,7 @@ impl PgStore {
 }
 
 /// The states that hold a runtime and so count toward capacity.
-const HOLDS_RUNTIME: &str = "state IN ('creating', 'running')";
+const HOLDS_RUNTIME: &str = "state IN ('creating', 'running', 'paused')";
 
 /// Sandbox statements that need the column list, formatted once (and prepared once per
 /// connection through its statement cache).
@@ -110,6 +110,8 @@ struct SandboxSql {
     mark_running: String,
     end: String,
     set_expiry: String,
+    pause: String,
+    resume: String,
     reassign: String,
     list: String,
     list_expired: String,
@@ -143,6 +145,18 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     set_expiry: format!(
         "UPDATE sandboxes SET expires_at = $2 WHERE id = $1 AND state = 'running' \
          RETURNING {SANDBOX_COLUMNS}"
+    ),
+    pause: format!(
+        "UPDATE sandboxes SET state = 'paused', paused_at = $2 WHERE id = $1 \
+         AND state = 'running' RETURNING {SANDBOX_COLUMNS}"
+    ),
+    // The time spent paused moves the expiry and adds to the paused total, in one statement
+    // (a clock behind the pausing replica's counts as no time).
+    resume: format!(
+        "UPDATE sandboxes SET state = 'running', \
+         expires_at = expires_at + GREATEST($2 - paused_at, 0), \
+         paused_micros = paused_micros + GREATEST($2 - paused_at, 0), paused_at = NULL \
+         WHERE id = $1 AND state = 'paused' RETURNING {SANDBOX_COLUMNS}"
     ),
     reassign: format!(
         "UPDATE sandboxes SET worker_id = $3 WHERE id = $1 AND state = 'running' \
@@ -419,6 +433,30 @@ impl Store for PgStore {
             OP,
             &SANDBOX_SQL.set_expiry,
             &[&id.as_str(), &micros(expires_at)],
+        )
+        .await
+    }
+
+    async fn pause_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "pause_sandbox";
+        let client = self.client(OP).await?;
+        one_sandbox(
+            &client,
+            OP,
+            &SANDBOX_SQL.pause,
+            &[&id.as_str(), &micros(at)],
+        )
+        .await
+    }
+
+    async fn resume_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "resume_sandbox";
+        let client = self.client(OP).await?;
+        one_sandbox(
+            &client,
+            OP,
+            &SANDBOX_SQL.resume,
+            &[&id.as_str(), &micros(at)],
         )
         .await
     }

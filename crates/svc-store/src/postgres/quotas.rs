@@ -25,7 +25,7 @@ pub(super) const ADMISSION_LOCK: &str =
 const ADMISSION_READ: &str = "SELECT q.max_sandboxes, q.max_ttl_secs, q.max_exec_timeout_secs, \
      c.active, c.owner_active \
      FROM (SELECT COUNT(*) AS active, COUNT(*) FILTER (WHERE owner_id = $1) AS owner_active \
-           FROM sandboxes WHERE state IN ('creating', 'running')) AS c \
+           FROM sandboxes WHERE state IN ('creating', 'running', 'paused')) AS c \
      LEFT JOIN owner_quotas AS q ON q.owner_id = $1";
 
 /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, as

@@ -216,7 +216,7 @@ mod tests {
             TEMPLATE_COLUMNS,
             "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at"
         );
-        assert_eq!(SANDBOX_COLUMN_COUNT, 19);
+        assert_eq!(SANDBOX_COLUMN_COUNT, 21);
         assert_eq!(
             LEASE_COLUMNS,
             "resource_id, holder_id, generation, expires_at"

@@ -37,6 +37,8 @@ stored_row! {
         network: Option<String>,
         state_reason: Option<String>,
         state_message: Option<String>,
+        paused_at: Option<i64>,
+        paused_micros: i64,
     }
 }
 
@@ -62,6 +64,8 @@ impl SandboxRow {
             network: sandbox.network.clone(),
             state_reason: sandbox.state_reason.map(|r| r.as_str().to_owned()),
             state_message: sandbox.state_message.clone(),
+            paused_at: sandbox.paused_at.map(micros),
+            paused_micros: i64::try_from(sandbox.paused_for.as_micros()).unwrap_or(i64::MAX),
         })
     }
 
@@ -103,6 +107,8 @@ impl SandboxRow {
                 })
                 .transpose()?,
             state_message: self.state_message,
+            paused_at: self.paused_at.map(|v| timestamp(E, &key, v)).transpose()?,
+            paused_for: Duration::from_micros(u64::try_from(self.paused_micros).unwrap_or(0)),
         })
     }
 }

@@ -40,6 +40,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../../migrations/sqlite/0008_exec_records.sql"),
     ),
+    (
+        9,
+        include_str!("../../migrations/sqlite/0009_paused_sandboxes.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

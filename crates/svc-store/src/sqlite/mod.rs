@@ -105,7 +105,7 @@ const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
      ORDER BY created_at DESC, id DESC";
 
 /// The states that hold a runtime and so count toward capacity.
-const HOLDS_RUNTIME: &str = "state IN ('creating', 'running')";
+const HOLDS_RUNTIME: &str = "state IN ('creating', 'running', 'paused')";
 
 static INSERT_SANDBOX: LazyLock<String> = LazyLock::new(|| {
     let placeholders: Vec<String> = (1..=rows::SANDBOX_COLUMN_COUNT)
@@ -124,6 +124,8 @@ struct SandboxSql {
     mark_running: String,
     end: String,
     set_expiry: String,
+    pause: String,
+    resume: String,
     reassign: String,
     list: String,
     list_expired: String,
@@ -142,6 +144,18 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     set_expiry: format!(
         "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1 AND state = 'running' \
          RETURNING {SANDBOX_COLUMNS}"
+    ),
+    pause: format!(
+        "UPDATE sandboxes SET state = 'paused', paused_at = ?2 WHERE id = ?1 \
+         AND state = 'running' RETURNING {SANDBOX_COLUMNS}"
+    ),
+    // The time spent paused moves the expiry and adds to the paused total, in one statement
+    // (a clock behind the pausing replica's counts as no time).
+    resume: format!(
+        "UPDATE sandboxes SET state = 'running', \
+         expires_at = expires_at + MAX(?2 - paused_at, 0), \
+         paused_micros = paused_micros + MAX(?2 - paused_at, 0), paused_at = NULL \
+         WHERE id = ?1 AND state = 'paused' RETURNING {SANDBOX_COLUMNS}"
     ),
     reassign: format!(
         "UPDATE sandboxes SET worker_id = ?3 WHERE id = ?1 AND state = 'running' \
@@ -450,6 +464,38 @@ impl Store for SqliteStore {
                         "set_sandbox_expiry",
                         &SANDBOX_SQL.set_expiry,
                         params![id, micros(expires_at)],
+                    )
+                })
+                .await,
+        )
+    }
+
+    async fn pause_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        decoded(
+            self.connections
+                .write("pause_sandbox", move |conn| {
+                    one_sandbox(
+                        conn,
+                        "pause_sandbox",
+                        &SANDBOX_SQL.pause,
+                        params![id, micros(at)],
+                    )
+                })
+                .await,
+        )
+    }
+
+    async fn resume_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>> {
+        let id = id.as_str().to_owned();
+        decoded(
+            self.connections
+                .write("resume_sandbox", move |conn| {
+                    one_sandbox(
+                        conn,
+                        "resume_sandbox",
+                        &SANDBOX_SQL.resume,
+                        params![id, micros(at)],
                     )
                 })
                 .await,

@@ -71,7 +71,7 @@ pub(super) fn count_holding(
     owner_id: Option<&str>,
 ) -> StoreResult<u64> {
     conn.prepare_cached(
-        "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running') \
+        "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running', 'paused') \
          AND (?1 IS NULL OR owner_id = ?1)",
     )
     .and_then(|mut stmt| stmt.query_row([owner_id], |row| row.get(0)))
@@ -87,7 +87,7 @@ fn count_both(
 ) -> StoreResult<ActiveCounts> {
     conn.prepare_cached(
         "SELECT COUNT(*), COUNT(*) FILTER (WHERE owner_id = ?1) FROM sandboxes \
-         WHERE state IN ('creating', 'running')",
+         WHERE state IN ('creating', 'running', 'paused')",
     )
     .and_then(|mut stmt| {
         stmt.query_row([owner_id], |row| {

@@ -60,7 +60,7 @@ enum Command {
         #[command(subcommand)]
         command: DbCommand,
     },
-    /// Sandboxes on a running server: create, ls, get, rm, extend.
+    /// Sandboxes on a running server: create, ls, get, rm, extend, pause, resume.
     Sandbox {
         #[command(subcommand)]
         command: client::SandboxCommand,

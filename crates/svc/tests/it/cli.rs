@@ -778,6 +778,25 @@ fn the_client_manages_sandboxes_and_runs_commands() {
         "{}",
         String::from_utf8_lossy(&extended.stderr)
     );
+    // Pause and resume; a paused sandbox refuses commands with the server's code.
+    let paused = client(&["sandbox", "pause", &id, "--json"]);
+    let record: serde_json::Value = serde_json::from_slice(&paused.stdout).unwrap();
+    assert_eq!(record["state"], "paused");
+    let refused = client(&["exec", &id, "--", "true"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert!(
+        stderr.contains("conflict") && stderr.contains("paused"),
+        "{stderr}"
+    );
+    let resumed = client(&["sandbox", "resume", &id]);
+    let table = String::from_utf8(resumed.stdout).unwrap();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("running")),
+        "{table}"
+    );
     let removed = client(&["sandbox", "rm", &id]);
     assert_eq!(
         String::from_utf8(removed.stdout).unwrap(),

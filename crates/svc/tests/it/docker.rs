@@ -889,6 +889,28 @@ async fn docker_stats_report_the_container_and_its_limit() {
     finish(server, &docker).await;
 }
 
+/// Pause and resume on docker (decisions §7): the engine's pause freezes the container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_pause_and_resume() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    crate::pause::assert_pause_and_resume(&server, &id).await;
+    let paused = server
+        .post(&format!("/sandboxes/{id}/pause"), json!({}))
+        .await;
+    assert_eq!(paused.status, 200);
+    let inspect = docker
+        .inspect_container(&format!("svc-{id}"), None)
+        .await
+        .unwrap();
+    assert_eq!(inspect.state.unwrap().paused, Some(true));
+    // A paused container is destroyed all the same.
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    finish(server, &docker).await;
+}
+
 /// The command-line client on docker (decisions §19): `svc exec -i` and `-it` in a real
 /// terminal, `svc cp` round trips, and an MCP session with `svc mcp`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ mod lifecycle;
 mod microvm;
 mod observe;
 mod oidc;
+mod pause;
 mod permissions;
 mod pool;
 mod providers;

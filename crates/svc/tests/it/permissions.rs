@@ -76,6 +76,8 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("POST", "/sandboxes/{id}/execs/{exec_id}/stdin", 'L'),
     ("POST", "/sandboxes/{id}/execs/{exec_id}/signal", 'L'),
     ("POST", "/sandboxes/{id}/extend", 'L'),
+    ("POST", "/sandboxes/{id}/pause", 'L'),
+    ("POST", "/sandboxes/{id}/resume", 'L'),
     ("GET", "/sandboxes/{id}/files", 'R'),
     ("POST", "/sandboxes/{id}/files", 'L'),
     ("PUT", "/sandboxes/{id}/files", 'L'),

@@ -342,6 +342,14 @@ class AsyncSvcClient:
         )
         return SandboxInfo.from_dict(data)
 
+    async def pause_sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """Freezes the sandbox (idempotent); it does not expire while paused."""
+        return SandboxInfo.from_dict(await self._call("sandbox_pause", {"id": sandbox_id}))
+
+    async def resume_sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """Thaws a paused sandbox (idempotent); ``expires_at`` moves by the time paused."""
+        return SandboxInfo.from_dict(await self._call("sandbox_resume", {"id": sandbox_id}))
+
     async def prune(self) -> int:
         """Destroys every expired sandbox now; returns how many."""
         return int((await self._call("sandbox_prune"))["pruned"])
@@ -622,6 +630,17 @@ class AsyncSandbox:
     async def extend(self, ttl: Duration) -> SandboxInfo:
         """Sets ``expires_at`` to now + ``ttl``."""
         self.info = await self.client.extend_sandbox(self.id, ttl)
+        return self.info
+
+    async def pause(self) -> SandboxInfo:
+        """Freezes the sandbox's processes; commands and files answer ``ConflictError``
+        until :meth:`resume`."""
+        self.info = await self.client.pause_sandbox(self.id)
+        return self.info
+
+    async def resume(self) -> SandboxInfo:
+        """Thaws a paused sandbox."""
+        self.info = await self.client.resume_sandbox(self.id)
         return self.info
 
     async def logs(self, lines: int | None = None) -> builtins.list[str]:

@@ -342,6 +342,14 @@ class SvcClient:
         )
         return SandboxInfo.from_dict(data)
 
+    def pause_sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """Freezes the sandbox (idempotent); it does not expire while paused."""
+        return SandboxInfo.from_dict(self._call("sandbox_pause", {"id": sandbox_id}))
+
+    def resume_sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """Thaws a paused sandbox (idempotent); ``expires_at`` moves by the time paused."""
+        return SandboxInfo.from_dict(self._call("sandbox_resume", {"id": sandbox_id}))
+
     def prune(self) -> int:
         """Destroys every expired sandbox now; returns how many."""
         return int((self._call("sandbox_prune"))["pruned"])
@@ -622,6 +630,17 @@ class Sandbox:
     def extend(self, ttl: Duration) -> SandboxInfo:
         """Sets ``expires_at`` to now + ``ttl``."""
         self.info = self.client.extend_sandbox(self.id, ttl)
+        return self.info
+
+    def pause(self) -> SandboxInfo:
+        """Freezes the sandbox's processes; commands and files answer ``ConflictError``
+        until :meth:`resume`."""
+        self.info = self.client.pause_sandbox(self.id)
+        return self.info
+
+    def resume(self) -> SandboxInfo:
+        """Thaws a paused sandbox."""
+        self.info = self.client.resume_sandbox(self.id)
         return self.info
 
     def logs(self, lines: int | None = None) -> builtins.list[str]:

@@ -1,4 +1,4 @@
-//! `svc sandbox create|ls|get|rm|extend`.
+//! `svc sandbox create|ls|get|rm|extend|pause|resume`.
 
 use std::process::ExitCode;
 
@@ -70,6 +70,16 @@ pub(crate) enum SandboxCommand {
         #[arg(long)]
         ttl: String,
     },
+    /// Freezes a sandbox's processes; it does not expire while paused.
+    Pause {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// Thaws a paused sandbox.
+    Resume {
+        /// Sandbox ID.
+        id: String,
+    },
 }
 
 /// The table of sandboxes.
@@ -84,6 +94,15 @@ pub(crate) const SANDBOX_COLUMNS: [(&str, &str); 6] = [
 
 fn print_sandboxes(api: &Api, answer: &Value) {
     print_answer(api, answer, &SANDBOX_COLUMNS);
+}
+
+/// `POST /sandboxes/{id}/{verb}` (pause, resume) and the sandbox it answers.
+async fn transition(api: &Api, id: &str, verb: &str) -> Result<(), ClientError> {
+    let sandbox = api
+        .call(api.request(Method::POST, &format!("/sandboxes/{id}/{verb}")))
+        .await?;
+    print_sandboxes(api, &sandbox);
+    Ok(())
 }
 
 pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, ClientError> {
@@ -170,6 +189,8 @@ pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, C
                 .await?;
             print_sandboxes(&api, &extended);
         }
+        SandboxCommand::Pause { id } => transition(&api, &id, "pause").await?,
+        SandboxCommand::Resume { id } => transition(&api, &id, "resume").await?,
     }
     Ok(ExitCode::SUCCESS)
 }
