@@ -47,7 +47,10 @@ const CAPABILITIES: &[Capability] = &[
     Capability::RuntimeInventory,
     Capability::Container,
     Capability::Stats,
-    Capability::Pause,
+    // Not `Pause` yet: on this engine (20.10, cgroup v1) an unpause right after a pause of a
+    // container with an attached exec can hang in the engine with the freezer left FROZEN
+    // (docs/decisions.md, pause and resume). `pause`/`resume` below are ready for when it is
+    // declared again.
 ];
 
 /// Request timeout for engine calls (streams are not bounded by it).
