@@ -217,22 +217,6 @@ impl Sandbox {
         elapsed_between(self.created_at, add_duration(now, ttl)).saturating_sub(self.paused_for)
     }
 
-    /// The record once resumed at `now`: running again, with `expires_at` later by the time
-    /// spent paused, which adds to `paused_for`.
-    pub fn resumed(&self, now: Timestamp) -> Sandbox {
-        let paused = self
-            .paused_at
-            .map(|at| elapsed_between(at, now))
-            .unwrap_or_default();
-        Sandbox {
-            state: SandboxState::Running,
-            expires_at: add_duration(self.expires_at, paused),
-            paused_at: None,
-            paused_for: self.paused_for + paused,
-            ..self.clone()
-        }
-    }
-
     /// The 409 for an operation that needs it running: its state, and once it has ended, why
     /// and when (decisions §7).
     pub fn not_running_error(&self) -> crate::Error {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
@@ -349,9 +349,6 @@ async fn download_tree(
                 .query(&[("path", src)]),
         )
         .await?;
-    if response.status() != StatusCode::OK {
-        return Err(usage(&format!("{src}: unexpected {}", response.status())));
-    }
     let bar = bar(progress, None);
     let body = response
         .bytes_stream()

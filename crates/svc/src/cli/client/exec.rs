@@ -2,14 +2,13 @@
 //! and exiting with its exit code; `-i` / `-t` go over the WebSocket instead
 //! ([`super::interactive`]).
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
-use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
+use super::output::{exit_code, write_chunk, NdjsonLines};
 use super::{pairs, Api, ClientError};
 
 #[derive(Debug, Args)]
@@ -60,29 +59,6 @@ fn body(args: &ExecArgs) -> Result<Value, ClientError> {
     Ok(Value::Object(body))
 }
 
-/// Writes one NDJSON line's output; the exit code when it is the exit line.
-fn handle(line: &[u8]) -> Result<Option<i32>, ClientError> {
-    let value: Value = serde_json::from_slice(line)
-        .map_err(|e| ClientError::Transport(format!("reading the output: {e}")))?;
-    let data = value["data"].as_str().unwrap_or_default().as_bytes();
-    match value["stream"].as_str() {
-        Some("stdout") => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(data).and_then(|()| out.flush());
-        }
-        Some("stderr") => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(data).and_then(|()| err.flush());
-        }
-        Some("exit") => {
-            let code = value["exit_code"].as_i64().unwrap_or(1);
-            return Ok(Some(i32::try_from(code).unwrap_or(1)));
-        }
-        _ => {}
-    }
-    Ok(None)
-}
-
 pub(crate) async fn run(api: Api, args: ExecArgs) -> Result<ExitCode, ClientError> {
     let mut body = body(&args)?;
     if args.interactive || args.tty {
@@ -95,17 +71,14 @@ pub(crate) async fn run(api: Api, args: ExecArgs) -> Result<ExitCode, ClientErro
                 .json(&body),
         )
         .await?;
-    let mut stream = response.bytes_stream();
-    let mut pending = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        pending.extend_from_slice(&chunk?);
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            if let Some(code) = handle(&line)? {
-                // Exit codes outside 0..=255 (none the server sends) wrap like a shell's.
-                return Ok(ExitCode::from((code & 0xff) as u8));
-            }
+    let mut lines = NdjsonLines::new(response);
+    while let Some(line) = lines.next().await {
+        let line = line?;
+        let stream = line["stream"].as_str().unwrap_or_default();
+        if stream == "exit" {
+            return Ok(exit_code(&line));
         }
+        write_chunk(stream, line["data"].as_str().unwrap_or_default());
     }
     Err(ClientError::Transport(
         "the output ended before the command's exit".into(),

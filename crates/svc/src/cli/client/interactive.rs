@@ -3,7 +3,6 @@
 //! under a pseudo-terminal of this terminal's size, the local terminal is put in raw mode so
 //! keys such as Ctrl-C reach the remote side, and SIGWINCH resizes the remote terminal.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use futures::{SinkExt, StreamExt};
@@ -13,6 +12,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
+use super::output::{exit_code, write_chunk};
 use super::terminal::{self, RawMode};
 use super::{Api, ClientError};
 
@@ -49,13 +49,13 @@ pub(crate) async fn run(
     } else {
         None
     };
-    let mut exit_code = None;
+    let mut exit = None;
     loop {
         tokio::select! {
             message = socket.next() => match message {
                 Some(Ok(Message::Text(text))) => {
                     if let Some(code) = deliver(text.as_str())? {
-                        exit_code = Some(code);
+                        exit = Some(code);
                     }
                 }
                 Some(Ok(Message::Close(_))) | None => break,
@@ -79,10 +79,9 @@ pub(crate) async fn run(
             }
         }
     }
-    let code = exit_code.ok_or_else(|| {
+    exit.ok_or_else(|| {
         ClientError::Transport("the connection closed before the command's exit".into())
-    })?;
-    Ok(ExitCode::from((code & 0xff) as u8))
+    })
 }
 
 type Socket =
@@ -114,31 +113,19 @@ async fn connect(api: &Api, id: &str) -> Result<Socket, ClientError> {
     }
 }
 
-/// Writes one server message; the exit code when it is the exit message.
-fn deliver(text: &str) -> Result<Option<i32>, ClientError> {
+/// Writes one server message; its exit code when it is the exit message.
+fn deliver(text: &str) -> Result<Option<ExitCode>, ClientError> {
     let message: Value = serde_json::from_str(text)
         .map_err(|e| ClientError::Transport(format!("reading a message: {e}")))?;
-    let data = message["data"].as_str().unwrap_or_default().as_bytes();
-    match message["type"].as_str() {
-        Some("stdout") => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(data).and_then(|()| out.flush());
-        }
-        Some("stderr") => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(data).and_then(|()| err.flush());
-        }
-        Some("exit") => {
-            let code = message["exit_code"].as_i64().unwrap_or(1);
-            return Ok(Some(i32::try_from(code).unwrap_or(1)));
-        }
-        Some("error") => {
+    match message["type"].as_str().unwrap_or_default() {
+        "exit" => return Ok(Some(exit_code(&message))),
+        "error" => {
             return Err(ClientError::Refused {
                 code: message["code"].as_str().unwrap_or("error").to_owned(),
                 message: message["message"].as_str().unwrap_or_default().to_owned(),
             })
         }
-        _ => {}
+        stream => write_chunk(stream, message["data"].as_str().unwrap_or_default()),
     }
     Ok(None)
 }

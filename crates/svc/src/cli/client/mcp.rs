@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use reqwest::{Method, StatusCode};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -17,6 +16,7 @@ use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::output::NdjsonLines;
 use super::{Api, ClientError};
 
 /// Output kept per stream of a command when the call names no limit.
@@ -221,21 +221,15 @@ impl Sandboxes {
         // Streamed, so that output past the limit is dropped as it comes, not held.
         let (mut stdout, mut stderr) = (Capped::new(limit), Capped::new(limit));
         let mut exit = None;
-        let mut pending = Vec::new();
-        let mut chunks = response.bytes_stream();
-        while let Some(chunk) = chunks.next().await {
-            pending.extend_from_slice(&chunk.map_err(failed)?);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let line: Value = serde_json::from_slice(&line)
-                    .map_err(|e| format!("reading the output: {e}"))?;
-                let data = line["data"].as_str().unwrap_or_default();
-                match line["stream"].as_str() {
-                    Some("stdout") => stdout.push(data),
-                    Some("stderr") => stderr.push(data),
-                    Some("exit") => exit = Some(line),
-                    _ => {}
-                }
+        let mut lines = NdjsonLines::new(response);
+        while let Some(line) = lines.next().await {
+            let line = line.map_err(failed)?;
+            let data = line["data"].as_str().unwrap_or_default();
+            match line["stream"].as_str() {
+                Some("stdout") => stdout.push(data),
+                Some("stderr") => stderr.push(data),
+                Some("exit") => exit = Some(line),
+                _ => {}
             }
         }
         let exit = exit.ok_or("the output ended before the command's exit")?;

@@ -8,6 +8,7 @@ pub(crate) mod events;
 pub(crate) mod exec;
 mod interactive;
 pub(crate) mod mcp;
+mod output;
 pub(crate) mod quota;
 pub(crate) mod sandbox;
 pub(crate) mod template;
