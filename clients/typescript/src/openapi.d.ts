@@ -1268,7 +1268,7 @@ export interface components {
          * @description One capability a provider declares.
          * @enum {string}
          */
-        Capability: "spawn" | "exec" | "exec_stream" | "files" | "console" | "health" | "runtime_inventory" | "container" | "snapshots" | "microvm" | "vsock_agent" | "stats" | "pause";
+        Capability: "spawn" | "exec" | "exec_stream" | "files" | "console" | "health" | "runtime_inventory" | "container" | "snapshots" | "microvm" | "vsock_agent" | "stats" | "pause" | "warm_pool";
         /** @description `POST /files/chmod` body. */
         ChmodFile: {
             /**
@@ -2449,9 +2449,28 @@ export interface components {
              * @description Virtual CPUs.
              */
             vcpus: number;
+            /**
+             * Format: int32
+             * @description How many started runtimes svc keeps ready for this template's spawns (decisions §17).
+             */
+            warm_pool?: number;
+            /**
+             * Format: int32
+             * @description How many of them are ready now, on this server (not stored).
+             */
+            warm_ready?: number;
         };
         /** @description `POST /templates/{name}/spawn` body. */
         TemplateSpawnRequest: {
+            /**
+             * @description Default environment of every exec in the sandbox.
+             * @default null
+             */
+            env?: {
+                [key: string]: string;
+            } | null;
+            /** @default null */
+            metadata?: null | components["schemas"]["BTreeMap"];
             /**
              * @description Overrides the template's provider.
              * @default null
@@ -2501,6 +2520,12 @@ export interface components {
              * @default null
              */
             vcpus?: number | null;
+            /**
+             * Format: int32
+             * @description Runtimes kept ready; default 0 (none).
+             * @default null
+             */
+            warm_pool?: number | null;
         };
         /** @description A tenant. */
         Tenant: {

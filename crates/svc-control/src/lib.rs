@@ -34,6 +34,7 @@ mod takeover;
 mod templates;
 pub mod tenancy;
 mod utf8;
+mod warm;
 pub mod workers;
 
 pub use admission::SchedulerStats;

@@ -50,6 +50,7 @@ pub(crate) struct Inner {
     pub(crate) worker_tokens: crate::identity::WorkerTokens,
     pub(crate) held_leases: crate::held_leases::HeldLeases,
     pub(crate) exec_jobs: crate::exec_jobs::ExecJobs,
+    pub(crate) warm: crate::warm::WarmPools,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -100,6 +101,7 @@ impl ControlPlane {
                 worker_tokens,
                 held_leases: crate::held_leases::HeldLeases::default(),
                 exec_jobs: crate::exec_jobs::ExecJobs::default(),
+                warm: crate::warm::WarmPools::default(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -204,6 +206,7 @@ impl ControlPlane {
             tokio::spawn(crate::reaper::run(self.clone(), cancel.clone())),
             tokio::spawn(crate::workers::run_heartbeats(self.clone(), cancel.clone())),
             tokio::spawn(crate::reconcile::run(self.clone(), cancel.clone())),
+            tokio::spawn(crate::warm::fill::run(self.clone(), cancel.clone())),
         ];
         for provider in self.providers().all() {
             let provider = Arc::clone(provider);

@@ -102,6 +102,10 @@ impl ControlPlane {
             let present: HashMap<&SandboxId, &RuntimeInfo> =
                 runtimes.iter().map(|r| (&r.sandbox_id, r)).collect();
             for runtime in runtimes {
+                if crate::warm::fill::is_unclaimed_warm(runtime) {
+                    // A pool's, not a sandbox's (`warm/`).
+                    continue;
+                }
                 if records
                     .get(&runtime.sandbox_id)
                     .is_some_and(|r| r.state.has_ended())
@@ -154,7 +158,7 @@ impl ControlPlane {
     /// True for a runtime this deployment made: svc's label and this database's installation
     /// ID. Another deployment's runtimes on a shared engine are never adopted, nor are pool VMs
     /// (a replica in pool mode keeps them; they are never sandboxes).
-    fn made_here(&self, runtime: &RuntimeInfo) -> bool {
+    pub(crate) fn made_here(&self, runtime: &RuntimeInfo) -> bool {
         let label = |key: &str| runtime.labels.get(key).map(String::as_str);
         label(LABEL_MANAGED) == Some("true")
             && label(LABEL_INSTALLATION) == Some(self.inner.installation_id.as_str())

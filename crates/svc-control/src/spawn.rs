@@ -96,8 +96,8 @@ pub(crate) fn sandbox_event_data(sandbox: &Sandbox) -> SandboxEventData {
 }
 
 /// A failed step: the service error and whether the provider was at fault.
-struct StepFailure {
-    error: Error,
+pub(crate) struct StepFailure {
+    pub(crate) error: Error,
     provider_at_fault: bool,
 }
 
@@ -128,6 +128,8 @@ impl ControlPlane {
         let spawn = SpawnRequest {
             ttl: request.ttl,
             provider: request.provider,
+            env: request.env,
+            metadata: request.metadata,
             ..SpawnRequest::default()
         };
         let plan = self.resolve(principal, spawn, Some(template)).await?;
@@ -161,7 +163,8 @@ impl ControlPlane {
                         Err(admission) => return Ok(Err(admission)),
                     };
                     let _ = admitted_tx.send(());
-                    plane.create_runtime(provider, record).await.map(Ok)
+                    let warm = plane.take_warm(&plan);
+                    plane.create_runtime(provider, record, warm).await.map(Ok)
                 })
             };
             tokio::pin!(attempt);
@@ -425,23 +428,51 @@ impl ControlPlane {
         }
     }
 
-    /// Steps "provider spawn", "mark running" and "publish", run in a task of their own.
+    /// A ready warm runtime for `plan`, when a pool has one (`warm/`): a local spawn that
+    /// names no network, of the spec of the template it names or of any pool.
+    fn take_warm(&self, plan: &SpawnPlan) -> Option<SandboxId> {
+        if plan.network.is_some() || self.providers().pool().is_some() {
+            return None;
+        }
+        let Placement::Local(provider) = &plan.placement else {
+            return None;
+        };
+        let spec = crate::warm::WarmSpec {
+            provider: provider.name().to_owned(),
+            image: plan.image.clone(),
+            memory_mb: plan.memory_mb,
+            vcpus: plan.vcpus,
+        };
+        self.inner.warm.take(plan.template.as_deref(), &spec)
+    }
+
+    /// Steps "provider spawn" (or claiming the `warm` runtime), "mark running" and "publish",
+    /// run in a task of their own.
     async fn create_runtime(
         self,
         provider: Arc<dyn Provider>,
         record: Sandbox,
+        warm: Option<SandboxId>,
     ) -> Result<Sandbox, Error> {
         let undo = SpawnUndo {
             plane: self.clone(),
             sandbox: Some(record.clone()),
             provider: Arc::clone(&provider),
         };
-        let runtime = match self
-            .spawn_runtime(&provider, spawn_spec(&record, &self.inner.installation_id))
-            .await
-        {
-            Ok(runtime) => runtime,
-            Err(failure) => return Err(undo.run(failure).await),
+        let claimed = match warm {
+            Some(warm) => self.claim_warm(&provider, &warm, &record.id).await,
+            None => false,
+        };
+        let image_pulled = if claimed {
+            false
+        } else {
+            match self
+                .spawn_runtime(&provider, spawn_spec(&record, &self.inner.installation_id))
+                .await
+            {
+                Ok(runtime) => runtime.image_pulled,
+                Err(failure) => return Err(undo.run(failure).await),
+            }
         };
         let running = match self.store().mark_sandbox_running(&record.id).await {
             Ok(Some(running)) => running,
@@ -460,7 +491,7 @@ impl ControlPlane {
             &running.tenant_id,
             Some(&running.id),
             EventPayload::SandboxCreated(SandboxEventData {
-                image_pulled: runtime.image_pulled,
+                image_pulled,
                 ..data.clone()
             }),
         );
@@ -469,14 +500,34 @@ impl ControlPlane {
             Some(&running.id),
             EventPayload::SandboxRunning(data),
         );
-        tracing::info!(sandbox_id = %running.id, tenant_id = %running.tenant_id, provider = %running.provider, image = %running.image, "sandbox spawned");
+        tracing::info!(sandbox_id = %running.id, tenant_id = %running.tenant_id, provider = %running.provider, image = %running.image, warm = claimed, "sandbox spawned");
         Ok(running)
+    }
+
+    /// Hands the warm runtime `warm` to sandbox `id`. False when the provider could not (the
+    /// runtime died, say): the runtime is removed and the spawn starts cold.
+    async fn claim_warm(
+        &self,
+        provider: &Arc<dyn Provider>,
+        warm: &SandboxId,
+        id: &SandboxId,
+    ) -> bool {
+        match provider.claim(warm, id).await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!(sandbox_id = %id, runtime = %warm, error = %err, "claiming a warm runtime failed; spawning cold");
+                if provider.destroy(warm).await.is_err() {
+                    self.retry_runtime_removal(warm, provider);
+                }
+                false
+            }
+        }
     }
 
     /// Asks the provider for the runtime, within `defaults.spawn_timeout`. The provider call
     /// runs as its own task: past the deadline it keeps going, and whatever it creates late is
     /// destroyed when it finishes.
-    async fn spawn_runtime(
+    pub(crate) async fn spawn_runtime(
         &self,
         provider: &Arc<dyn Provider>,
         spec: SpawnSpec,
@@ -556,7 +607,7 @@ impl ControlPlane {
     }
 
     /// Removes a runtime in the background until it is gone.
-    fn retry_runtime_removal(&self, id: &SandboxId, provider: &Arc<dyn Provider>) {
+    pub(crate) fn retry_runtime_removal(&self, id: &SandboxId, provider: &Arc<dyn Provider>) {
         let (id, provider) = (id.clone(), Arc::clone(provider));
         self.retry_in_background(format!("remove-runtime:{id}"), move |_| {
             let (id, provider) = (id.clone(), Arc::clone(&provider));

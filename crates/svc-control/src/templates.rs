@@ -7,7 +7,7 @@ use svc_core::admission::check_ttl;
 use svc_core::error::Resource;
 use svc_core::sandbox::{check_image, check_ttl_positive, size_or_default};
 use svc_core::template::{validate_template_name, Template, TemplateSpec};
-use svc_core::Error;
+use svc_core::{Capability, Error};
 
 impl ControlPlane {
     fn build_template(
@@ -34,6 +34,10 @@ impl ControlPlane {
         let ttl = spec.ttl.unwrap_or(defaults.ttl);
         check_ttl_positive(ttl)?;
         check_ttl(defaults.max_ttl, ttl.as_std())?;
+        let warm_pool = spec.warm_pool.unwrap_or(0);
+        if warm_pool > 0 {
+            self.check_warm_pool(spawns_on.as_ref())?;
+        }
         Ok(Template {
             name,
             image,
@@ -42,6 +46,8 @@ impl ControlPlane {
             ttl,
             provider,
             metadata: spec.metadata.unwrap_or_default(),
+            warm_pool,
+            warm_ready: 0,
             created_at: now,
             updated_at: now,
         })
@@ -61,19 +67,52 @@ impl ControlPlane {
         let template = self.build_template(name, spec, self.clock().now())?;
         // A taken name comes back from the store as a conflict (409).
         self.store().insert_template(&template).await?;
+        self.inner.warm.wake();
         Ok(template)
+    }
+
+    /// A template may keep warm runtimes when its provider can hand them over, outside pool
+    /// mode (whose sandboxes are workspaces in shared pool VMs).
+    fn check_warm_pool(&self, provider: &dyn svc_provider::Provider) -> Result<(), Error> {
+        if self.providers().pool().is_some() {
+            return Err(Error::invalid(
+                "warm_pool",
+                "pool mode (pool.enabled) keeps no warm runtimes; use 0",
+            ));
+        }
+        if !provider.capabilities().contains(&Capability::WarmPool) {
+            return Err(Error::invalid(
+                "warm_pool",
+                format!(
+                    "provider {} cannot keep warm runtimes (no capability warm_pool); use 0",
+                    provider.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `template` with how many warm runtimes it has ready here.
+    fn with_warm_ready(&self, mut template: Template) -> Template {
+        template.warm_ready = self.inner.warm.ready(&template.name);
+        template
     }
 
     /// `GET /templates`.
     pub async fn list_templates(&self, principal: &Principal) -> Result<Vec<Template>, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
-        Ok(self.store().list_templates().await?)
+        let templates = self.store().list_templates().await?;
+        Ok(templates
+            .into_iter()
+            .map(|t| self.with_warm_ready(t))
+            .collect())
     }
 
     /// `GET /templates/{name}`.
     pub async fn get_template(&self, principal: &Principal, name: &str) -> Result<Template, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
-        self.template_by_name(name).await
+        let template = self.template_by_name(name).await?;
+        Ok(self.with_warm_ready(template))
     }
 
     /// A template by name, or 404.
@@ -100,16 +139,20 @@ impl ControlPlane {
         }
         let existing = self.template_by_name(name).await?;
         let template = self.build_template(existing.name, spec, self.clock().now())?;
-        self.store()
+        let updated = self
+            .store()
             .update_template(&template)
             .await?
-            .ok_or_else(|| Error::not_found(Resource::Template, name))
+            .ok_or_else(|| Error::not_found(Resource::Template, name))?;
+        self.inner.warm.wake();
+        Ok(self.with_warm_ready(updated))
     }
 
     /// `DELETE /templates/{name}`.
     pub async fn delete_template(&self, principal: &Principal, name: &str) -> Result<(), Error> {
         self.authorize(principal, Action::WriteTemplates)?;
         if self.store().delete_template(name).await? {
+            self.inner.warm.wake();
             Ok(())
         } else {
             Err(Error::not_found(Resource::Template, name))

@@ -44,6 +44,9 @@ pub enum Capability {
     Stats,
     /// Freezes and thaws a sandbox (`POST /sandboxes/{id}/pause` and `/resume`).
     Pause,
+    /// Keeps started runtimes ready for a template's spawns and hands one to a sandbox
+    /// (template `warm_pool`, decisions §17).
+    WarmPool,
 }
 
 impl Capability {
@@ -63,6 +66,7 @@ impl Capability {
             Capability::VsockAgent => "vsock_agent",
             Capability::Stats => "stats",
             Capability::Pause => "pause",
+            Capability::WarmPool => "warm_pool",
         }
     }
 }

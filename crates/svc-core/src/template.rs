@@ -25,6 +25,12 @@ pub struct Template {
     pub provider: String,
     /// Labels copied to spawned sandboxes.
     pub metadata: Metadata,
+    /// How many started runtimes svc keeps ready for this template's spawns (decisions §17).
+    #[serde(default)]
+    pub warm_pool: u32,
+    /// How many of them are ready now, on this server (not stored).
+    #[serde(default)]
+    pub warm_ready: u32,
     /// Creation time.
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
@@ -52,6 +58,8 @@ pub struct TemplateSpec {
     pub provider: Option<String>,
     /// Labels.
     pub metadata: Option<Metadata>,
+    /// Runtimes kept ready; default 0 (none).
+    pub warm_pool: Option<u32>,
 }
 
 /// `POST /templates/{name}/spawn` body.
@@ -63,6 +71,10 @@ pub struct TemplateSpawnRequest {
     pub ttl: Option<GoDuration>,
     /// Overrides the template's provider.
     pub provider: Option<String>,
+    /// Default environment of every exec in the sandbox.
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    /// Labels, over the template's own.
+    pub metadata: Option<Metadata>,
 }
 
 /// Validates a template name: 1..=128 characters of `[A-Za-z0-9._-]`, starting alphanumerically,

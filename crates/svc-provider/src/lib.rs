@@ -24,6 +24,6 @@ pub use exec::{
 pub use files::{ByteStream, FileInfo, Upload};
 pub use provider::{
     Provider, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxStats, SnapshotInfo, SpawnSpec,
-    LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_TENANT,
-    LABEL_WORKER,
+    LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_TEMPLATE,
+    LABEL_TENANT, LABEL_WARM, LABEL_WARM_SPEC, LABEL_WORKER,
 };

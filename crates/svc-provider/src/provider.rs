@@ -24,6 +24,14 @@ pub const LABEL_INSTALLATION: &str = "dev.svc.installation";
 /// Label marking a runtime as a shared pool VM (pool mode), which holds the workspaces of
 /// logical sandboxes and is never a sandbox of its own.
 pub const LABEL_POOL: &str = "dev.svc.pool";
+/// Label marking a runtime started ahead for a template's warm pool (decisions §17). It stays
+/// on the runtime after a sandbox claims it: labels cannot change after creation.
+pub const LABEL_WARM: &str = "dev.svc.warm";
+/// Label naming the template a warm runtime was started for.
+pub const LABEL_TEMPLATE: &str = "dev.svc.template";
+/// Label: what the warm runtime was started as (provider, image, size, network), so a pool can
+/// tell after a restart whether it still matches its template.
+pub const LABEL_WARM_SPEC: &str = "dev.svc.warm_spec";
 
 /// What the control plane asks a provider to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +173,13 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Creates and starts a runtime. On error nothing is left behind.
     async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError>;
+
+    /// Hands the warm runtime `warm` to sandbox `id` (capability `warm_pool`): from now on
+    /// every call names it by `id`, and [`Provider::inventory`] lists it under `id` while its
+    /// labels keep naming `warm`. On error the runtime is still `warm`'s.
+    async fn claim(&self, _warm: &SandboxId, _id: &SandboxId) -> Result<(), ProviderError> {
+        Err(ProviderError::Unsupported { op: "claim" })
+    }
 
     /// Removes a runtime; a runtime that is already gone is success.
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError>;

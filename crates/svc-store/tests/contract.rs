@@ -278,6 +278,8 @@ fn template(name: &str) -> Template {
         ttl: GoDuration::from_secs(3600),
         provider: "mock".into(),
         metadata: BTreeMap::from([("k".into(), "v".into())]),
+        warm_pool: 2,
+        warm_ready: 0,
         created_at: at(0),
         updated_at: at(0),
     }
@@ -562,10 +564,12 @@ async fn template_crud(store: &dyn Store) {
     assert_eq!(names, ["alpha", "py"]);
     let mut changed = t.clone();
     changed.image = "node:22".into();
+    changed.warm_pool = 0;
     changed.created_at = at(500);
     changed.updated_at = at(60);
     let stored = store.update_template(&changed).await.unwrap().unwrap();
     assert_eq!(stored.image, "node:22");
+    assert_eq!(stored.warm_pool, 0, "update writes warm_pool");
     assert_eq!(stored.created_at, t.created_at, "update keeps created_at");
     assert_eq!(stored.updated_at, at(60));
     assert_eq!(

@@ -84,6 +84,10 @@ impl Provider for Metered {
         self.measure("spawn", self.inner.spawn(spec)).await
     }
 
+    async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
+        self.measure("claim", self.inner.claim(warm, id)).await
+    }
+
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
         self.measure("destroy", self.inner.destroy(id)).await
     }

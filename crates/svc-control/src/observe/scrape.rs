@@ -216,6 +216,33 @@ pub(super) fn render(plane: &ControlPlane, s: &Snapshot) -> Result<String, Error
             .inc_by(op.latency_total_ms / 1000.0);
     }
 
+    let warm_ready = gauge(
+        &registry,
+        "svc_warm_pool_ready",
+        "Warm runtimes ready on this server, by template.",
+        &["template"],
+    )?;
+    let warm_hits = counter(
+        &registry,
+        "svc_warm_pool_hits_total",
+        "Spawns that took a warm runtime, by template.",
+        &["template"],
+    )?;
+    let warm_misses = counter(
+        &registry,
+        "svc_warm_pool_misses_total",
+        "Spawns of a template with a warm pool that found none ready, by template.",
+        &["template"],
+    )?;
+    for pool in plane.inner.warm.stats() {
+        let labels = [pool.template.as_str()];
+        warm_ready
+            .with_label_values(&labels)
+            .set(int(pool.ready as u64));
+        warm_hits.with_label_values(&labels).inc_by(pool.hits);
+        warm_misses.with_label_values(&labels).inc_by(pool.misses);
+    }
+
     let mut families = registry.gather();
     families.push(queue_wait_summary(
         queue.spawn_queue_wait_count,

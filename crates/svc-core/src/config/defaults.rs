@@ -69,6 +69,12 @@ pub struct DefaultsConfig {
     /// How long a provider may take to create a runtime (image pull included) before the spawn
     /// fails and is rolled back.
     pub spawn_timeout: GoDuration,
+    /// Most warm runtimes (template `warm_pool`) this server keeps started at once, over every
+    /// template (decisions §17).
+    pub max_warm_runtimes: u32,
+    /// How often the ready runtimes of warm pools are checked and the pools resynchronised
+    /// with the templates (which another replica may have changed).
+    pub warm_check_interval: GoDuration,
 }
 
 impl Default for DefaultsConfig {
@@ -89,6 +95,8 @@ impl Default for DefaultsConfig {
             reap_interval: GoDuration::from_secs(10),
             destroyed_retention: GoDuration::from_secs(24 * 60 * 60),
             spawn_timeout: GoDuration::from_secs(5 * 60),
+            max_warm_runtimes: 20,
+            warm_check_interval: GoDuration::from_secs(10),
         }
     }
 }

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions,
+    RemoveContainerOptions, RenameContainerOptions,
 };
 use bollard::Docker;
 use futures::StreamExt;
@@ -47,6 +47,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::RuntimeInventory,
     Capability::Container,
     Capability::Stats,
+    Capability::WarmPool,
     // Not `Pause` yet: on this engine (20.10, cgroup v1) an unpause right after a pause of a
     // container with an attached exec can hang in the engine with the freezer left FROZEN
     // (docs/decisions.md, pause and resume). `pause`/`resume` below are ready for when it is
@@ -72,9 +73,22 @@ pub struct DockerProvider {
     endpoint: String,
 }
 
-/// The container name of a sandbox.
+/// The container name of a sandbox. A claimed warm runtime is renamed to its sandbox's name,
+/// which is how svc finds it from then on (its labels keep the warm ID).
 fn container_name(id: &SandboxId) -> String {
     format!("svc-{id}")
+}
+
+/// The sandbox a container runs: its name's, else (a container someone renamed) its label's.
+fn container_sandbox(
+    names: Option<&[String]>,
+    labels: &BTreeMap<String, String>,
+) -> Option<SandboxId> {
+    names
+        .into_iter()
+        .flatten()
+        .find_map(|name| SandboxId::parse(name.trim_start_matches('/').strip_prefix("svc-")?).ok())
+        .or_else(|| SandboxId::parse(labels.get(LABEL_SANDBOX_ID)?).ok())
 }
 
 impl DockerProvider {
@@ -397,6 +411,17 @@ impl Provider for DockerProvider {
         }
     }
 
+    async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
+        let options = RenameContainerOptions {
+            name: container_name(id),
+        };
+        self.client()
+            .await?
+            .rename_container(&container_name(warm), options)
+            .await
+            .map_err(|e| container_error(warm.as_str(), "renaming the warm container", &e))
+    }
+
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
         self.remove(&container_name(id)).await
     }
@@ -459,7 +484,7 @@ impl Provider for DockerProvider {
             .filter_map(|c| {
                 let labels: BTreeMap<String, String> =
                     c.labels.unwrap_or_default().into_iter().collect();
-                let id = SandboxId::parse(labels.get(LABEL_SANDBOX_ID)?).ok()?;
+                let id = container_sandbox(c.names.as_deref(), &labels)?;
                 Some(RuntimeInfo {
                     sandbox_id: id,
                     image: c.image.unwrap_or_default(),

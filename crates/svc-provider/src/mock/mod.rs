@@ -36,6 +36,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::RuntimeInventory,
     Capability::Stats,
     Capability::Pause,
+    Capability::WarmPool,
 ];
 
 /// What `<id>.json` records about a runtime.
@@ -221,6 +222,33 @@ impl Provider for MockProvider {
             return Err(err);
         }
         Ok(RuntimeInfo::started(spec, false))
+    }
+
+    async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
+        let moves = [
+            (self.sandbox_dir(warm), self.sandbox_dir(id)),
+            (self.record_path(warm), self.record_path(id)),
+            (self.log_path(warm), self.log_path(id)),
+        ];
+        self.freezer.forget(warm);
+        let warm_id = warm.to_string();
+        // The directory moves first: once it has, the runtime is `id`'s (inventory lists
+        // directories by their record, which follows at once).
+        files::blocking(move || {
+            for (index, (from, to)) in moves.iter().enumerate() {
+                match std::fs::rename(from, to) {
+                    Ok(()) => {}
+                    // A runtime that never wrote a log has none to move.
+                    Err(err) if index == 2 && err.kind() == ErrorKind::NotFound => {}
+                    Err(err) if index == 0 && err.kind() == ErrorKind::NotFound => {
+                        return Err(ProviderError::RuntimeNotFound { id: warm_id })
+                    }
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {

@@ -19,6 +19,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/postgres/0003_paused_sandboxes.sql"),
     ),
+    (
+        4,
+        include_str!("../../migrations/postgres/0004_warm_pools.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

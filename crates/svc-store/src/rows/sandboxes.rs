@@ -125,6 +125,7 @@ stored_row! {
         metadata: String,
         created_at: i64,
         updated_at: i64,
+        warm_pool: i64,
     }
 }
 
@@ -141,6 +142,7 @@ impl TemplateRow {
             metadata: encode_map(&template.metadata)?,
             created_at: micros(template.created_at),
             updated_at: micros(template.updated_at),
+            warm_pool: i64::from(template.warm_pool),
         })
     }
 
@@ -158,6 +160,8 @@ impl TemplateRow {
             metadata: json_map(E, &key, &self.metadata)?,
             created_at: timestamp(E, &key, self.created_at)?,
             updated_at: timestamp(E, &key, self.updated_at)?,
+            warm_pool: as_u32(E, &key, self.warm_pool)?,
+            warm_ready: 0,
             name: self.name,
         })
     }

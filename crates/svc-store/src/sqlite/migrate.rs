@@ -44,6 +44,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../migrations/sqlite/0009_paused_sandboxes.sql"),
     ),
+    (
+        10,
+        include_str!("../../migrations/sqlite/0010_warm_pools.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -2,6 +2,7 @@
 //! `scripts/test.sh` builds. Skips loudly when no engine answers, unless the run requires one
 //! (`SVC_TEST_REQUIRE_DOCKER` or `CI`).
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -1018,6 +1019,139 @@ async fn docker_exec_records_survive_a_restart() {
     crate::harness::wait_for("the kill", Duration::from_secs(10), || async {
         record(long.clone()).await["status"] == "killed"
     })
+    .await;
+    finish(server, &docker).await;
+}
+
+/// The containers of template `template`'s warm pool (claimed or not), by name.
+async fn warm_containers(
+    docker: &Docker,
+    template: &str,
+) -> BTreeMap<String, HashMap<String, String>> {
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![format!("dev.svc.template={template}")],
+    )]);
+    let options = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    docker
+        .list_containers(Some(options))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            let name = c.names.unwrap_or_default()[0]
+                .trim_start_matches('/')
+                .to_owned();
+            (name, c.labels.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Warm pools on docker (decisions §17): started containers wait under their warm names; a
+/// spawn claims one (renamed to the sandbox's, labels kept) with its own owner and env, the
+/// pool refills, a restart adopts the ready container, and deleting the template removes it.
+#[tokio::test]
+async fn docker_warm_pool_hands_out_started_containers() {
+    let Some((server, docker)) = docker_server(|c| {
+        c.defaults.warm_check_interval = "200ms".parse().unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let template = format!("dw-{}", std::process::id());
+    let created = server
+        .post(
+            "/templates",
+            json!({"name": template, "provider": "docker", "image": IMAGE, "warm_pool": 1}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    crate::warm::wait_ready(&server, &template, 1).await;
+    let warm = warm_containers(&docker, &template).await;
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    let (warm_name, labels) = warm.iter().next().unwrap();
+    assert_eq!(labels["dev.svc.warm"], "true");
+    assert_eq!(*warm_name, format!("svc-{}", labels["dev.svc.sandbox_id"]));
+
+    let spawned = server
+        .client
+        .post(server.url("/sandboxes"))
+        .header("X-User-ID", "bob")
+        .json(&json!({"template": template, "env": {"GREETING": "warm"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spawned.status(), 201);
+    let sandbox: Value = spawned.json().await.unwrap();
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    assert_eq!(sandbox["owner_id"], "bob");
+    let inspected = docker
+        .inspect_container(&container(&id), None)
+        .await
+        .unwrap();
+    let claimed_labels = inspected.config.unwrap().labels.unwrap();
+    assert_eq!(
+        &claimed_labels["dev.svc.sandbox_id"],
+        &labels["dev.svc.sandbox_id"]
+    );
+    assert!(
+        docker.inspect_container(warm_name, None).await.is_err(),
+        "renamed"
+    );
+    let exec = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo $GREETING"}),
+        )
+        .await;
+    assert_eq!(exec.body["stdout"], "warm\n", "{}", exec.body);
+
+    crate::warm::wait_ready(&server, &template, 1).await;
+    let refilled: Vec<String> = warm_containers(&docker, &template)
+        .await
+        .into_keys()
+        .filter(|name| *name != container(&id))
+        .collect();
+    assert_eq!(refilled.len(), 1);
+
+    let server = server.restart().await;
+    crate::warm::wait_ready(&server, &template, 1).await;
+    let after: Vec<String> = warm_containers(&docker, &template)
+        .await
+        .into_keys()
+        .filter(|name| *name != container(&id))
+        .collect();
+    assert_eq!(
+        after, refilled,
+        "the ready container adopted, none started twice"
+    );
+    assert_eq!(server.listed_ids("").await, std::slice::from_ref(&id));
+    let exec = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo $GREETING"}),
+        )
+        .await;
+    assert_eq!(exec.body["stdout"], "warm\n");
+
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    assert_eq!(
+        server
+            .delete(&format!("/templates/{template}"))
+            .await
+            .status,
+        200
+    );
+    wait_for(
+        "the warm container removed",
+        Duration::from_secs(30),
+        || async { warm_containers(&docker, &template).await.is_empty() },
+    )
     .await;
     finish(server, &docker).await;
 }

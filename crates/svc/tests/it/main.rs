@@ -33,5 +33,6 @@ mod sdks;
 mod system;
 mod templates;
 mod tenancy;
+mod warm;
 mod workers;
 mod ws;
