@@ -214,7 +214,7 @@ mod tests {
     fn a_stored_row_lists_its_fields_as_columns_in_order() {
         assert_eq!(
             TEMPLATE_COLUMNS,
-            "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at"
+            "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at, warm_pool"
         );
         assert_eq!(SANDBOX_COLUMN_COUNT, 21);
         assert_eq!(

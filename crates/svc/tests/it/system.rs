@@ -267,8 +267,8 @@ async fn shutdown_stops_loops_and_ends_event_streams() {
     let mut events = server.events("", None).await;
     let report = server.shutdown().await;
     assert_eq!(
-        report.loops_stopped, 3,
-        "the reaper, the heartbeat, reconciliation"
+        report.loops_stopped, 4,
+        "the reaper, the heartbeat, reconciliation, the warm pools"
     );
     assert!(
         report.drained,
