@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from svc_sdk import BadRequestError, ConflictError, NotFoundError, Sandbox, SvcClient
+from svc_sdk import ConflictError, NotFoundError, Sandbox, SvcClient
 from svc_sdk._common import duration_seconds
 
 from .conftest import Server
@@ -49,13 +49,7 @@ def test_create_get_list_extend_destroy(client: SvcClient, spawn_args: dict[str,
     client.destroy_sandbox(sb.id)  # idempotent
 
 
-def test_pause_and_resume(sandbox: Sandbox, provider: str) -> None:
-    if provider == "docker":
-        # Docker does not declare `pause` yet (docs/decisions.md): a typed refusal.
-        with pytest.raises(BadRequestError):
-            sandbox.pause()
-        assert sandbox.get_info().state == "running"
-        return
+def test_pause_and_resume(sandbox: Sandbox) -> None:
     job = sandbox.commands.run("i=0; while true; do echo $i; i=$((i+1)); sleep 0.05; done", background=True)
     deadline = time.monotonic() + 20
     while job.info().stdout_bytes == 0:

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::errors::{container_error, engine_error, status_of};
+use super::gate::Gate;
 use crate::{
     ExecChunk, ExecControl, ExecSession, ExecSpec, ExecState, ExitStatus, ProviderError, Signal,
     StdStream, TtySize,
@@ -269,6 +270,7 @@ pub(super) async fn start(
     sandbox_id: &str,
     user: Option<&str>,
     spec: &ExecSpec,
+    gate: &Arc<Gate>,
 ) -> Result<ExecSession, ProviderError> {
     let tty = spec.tty.is_some();
     let mut cmd = spec.argv.clone();
@@ -318,6 +320,9 @@ pub(super) async fn start(
             },
             other => container_error(sandbox_id, "creating the exec", &other),
         })?;
+    // Known to pauses from before its start: the start may still be under way when the
+    // engine answers.
+    gate.started(&created.id);
     let started = docker
         .start_exec(
             &created.id,
@@ -327,10 +332,13 @@ pub(super) async fn start(
                 output_capacity: Some(OUTPUT_CAPACITY),
             }),
         )
-        .await
-        .map_err(|e| engine_error("starting the exec", &e))?;
-    let StartExecResults::Attached { mut output, input } = started else {
-        return Err(ProviderError::failed("the engine detached the exec"));
+        .await;
+    let Ok(StartExecResults::Attached { mut output, input }) = started else {
+        gate.settled(&created.id);
+        return Err(match started {
+            Err(e) => engine_error("starting the exec", &e),
+            Ok(_) => ProviderError::failed("the engine detached the exec"),
+        });
     };
     if let Some(size) = spec.tty {
         if let Err(err) = resize(docker, &created.id, size).await {
@@ -344,6 +352,7 @@ pub(super) async fn start(
     let (exit_tx, exit_rx) = oneshot::channel();
     let driver_docker = docker.clone();
     let exec_id = created.id.clone();
+    let driver_gate = Arc::clone(gate);
     tokio::spawn(async move {
         while let Some(item) = output.next().await {
             let chunk = match item {
@@ -371,7 +380,9 @@ pub(super) async fn start(
             }
         }
         drop(sender);
-        let _ = exit_tx.send(exit_code(&driver_docker, &exec_id).await);
+        let exit = exit_code(&driver_docker, &exec_id).await;
+        driver_gate.settled(&exec_id);
+        let _ = exit_tx.send(exit);
     });
     let control = Arc::new(DockerControl {
         docker: docker.clone(),

@@ -7,6 +7,7 @@
 mod errors;
 mod exec;
 mod files;
+mod gate;
 mod stats;
 mod tar;
 
@@ -48,10 +49,9 @@ const CAPABILITIES: &[Capability] = &[
     Capability::Container,
     Capability::Stats,
     Capability::WarmPool,
-    // Not `Pause` yet: on this engine (20.10, cgroup v1) an unpause right after a pause of a
-    // container with an attached exec can hang in the engine with the freezer left FROZEN
-    // (docs/decisions.md, pause and resume). `pause`/`resume` below are ready for when it is
-    // declared again.
+    // Kept apart from exec starts by `gate.rs`: the engine's pause can otherwise freeze an
+    // exec half-started and hang every later call on the container.
+    Capability::Pause,
 ];
 
 /// Request timeout for engine calls (streams are not bounded by it).
@@ -71,6 +71,7 @@ pub struct DockerProvider {
     client: std::sync::RwLock<Option<Docker>>,
     config: DockerProviderConfig,
     endpoint: String,
+    gates: gate::Gates,
 }
 
 /// The container name of a sandbox. A claimed warm runtime is renamed to its sandbox's name,
@@ -111,6 +112,7 @@ impl DockerProvider {
             client: std::sync::RwLock::new(None),
             config,
             endpoint,
+            gates: gate::Gates::default(),
         };
         // Connect now when the engine answers, so the first request does not pay for it.
         let _ = provider.client().await;
@@ -419,11 +421,16 @@ impl Provider for DockerProvider {
             .await?
             .rename_container(&container_name(warm), options)
             .await
-            .map_err(|e| container_error(warm.as_str(), "renaming the warm container", &e))
+            .map_err(|e| container_error(warm.as_str(), "renaming the warm container", &e))?;
+        self.gates.forget(&container_name(warm));
+        Ok(())
     }
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
-        self.remove(&container_name(id)).await
+        let name = container_name(id);
+        self.remove(&name).await?;
+        self.gates.forget(&name);
+        Ok(())
     }
 
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
@@ -445,19 +452,37 @@ impl Provider for DockerProvider {
 
     async fn pause(&self, id: &SandboxId) -> Result<(), ProviderError> {
         let name = container_name(id);
-        match self.client().await?.pause_container(&name).await {
-            Ok(()) => Ok(()),
+        let docker = self.client().await?;
+        let gate = self.gates.of(&name);
+        let mut paused = gate.change().await;
+        gate.settle_execs(&docker).await?;
+        match docker.pause_container(&name).await {
+            Ok(()) => {
+                *paused = true;
+                Ok(())
+            }
             // Idempotent: the engine answers 409 for a container that is already paused.
-            Err(err) if status_of(&err) == Some(409) && self.is_paused(&name).await? => Ok(()),
+            Err(err) if status_of(&err) == Some(409) && self.is_paused(&name).await? => {
+                *paused = true;
+                Ok(())
+            }
             Err(err) => Err(container_error(id.as_str(), "pausing the container", &err)),
         }
     }
 
     async fn resume(&self, id: &SandboxId) -> Result<(), ProviderError> {
         let name = container_name(id);
+        let gate = self.gates.of(&name);
+        let mut paused = gate.change().await;
         match self.client().await?.unpause_container(&name).await {
-            Ok(()) => Ok(()),
-            Err(err) if status_of(&err) == Some(409) && !self.is_paused(&name).await? => Ok(()),
+            Ok(()) => {
+                *paused = false;
+                Ok(())
+            }
+            Err(err) if status_of(&err) == Some(409) && !self.is_paused(&name).await? => {
+                *paused = false;
+                Ok(())
+            }
             Err(err) => Err(container_error(id.as_str(), "resuming the container", &err)),
         }
     }
@@ -554,12 +579,15 @@ impl Provider for DockerProvider {
                 Err(err) => return Err(err),
             }
         }
+        let gate = self.gates.of(&container);
+        let _starting = gate.exec_start().await?;
         exec::start(
             &self.client().await?,
             &container,
             id.as_str(),
             self.user(),
             &spec,
+            &gate,
         )
         .await
     }

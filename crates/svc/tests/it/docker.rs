@@ -153,6 +153,8 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits() {
         "health",
         "runtime_inventory",
         "container",
+        "pause",
+        "warm_pool",
     ] {
         assert!(capabilities.contains(&json!(cap)), "{cap}");
     }
@@ -890,23 +892,51 @@ async fn docker_stats_report_the_container_and_its_limit() {
     finish(server, &docker).await;
 }
 
-/// Docker does not declare `pause` yet (docs/decisions.md): pause answers 400 naming the
-/// provider and the sandbox keeps running.
-#[tokio::test]
-async fn docker_does_not_pause_yet() {
+/// The engine's pause (decisions §7): a counter stops and resumes, a streamed exec spans the
+/// pause, and a pause right after an exec was started (the engine still putting its process in
+/// the container) never leaves the container frozen: each round's resume answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_pause_and_resume() {
     let Some((server, docker)) = docker_server(|_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
-    let refused = server
-        .post(&format!("/sandboxes/{id}/pause"), json!({}))
+    crate::pause::assert_pause_and_resume(&server, &id).await;
+    let inspected = docker
+        .inspect_container(&container(&id), None)
+        .await
+        .unwrap();
+    assert_eq!(inspected.state.unwrap().paused, Some(false));
+    for round in 0..8 {
+        let started = server
+            .post(
+                &format!("/sandboxes/{id}/exec"),
+                json!({"command": "sleep 0.2", "background": true}),
+            )
+            .await;
+        assert_eq!(started.status, 202, "{}", started.body);
+        let paused = tokio::time::timeout(
+            Duration::from_secs(20),
+            server.post(&format!("/sandboxes/{id}/pause"), json!({})),
+        )
+        .await
+        .expect("pause answers");
+        assert_eq!(paused.status, 200, "round {round}: {}", paused.body);
+        let resumed = tokio::time::timeout(
+            Duration::from_secs(20),
+            server.post(&format!("/sandboxes/{id}/resume"), json!({})),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the resume hung (engine freezer race)"));
+        assert_eq!(resumed.status, 200, "round {round}: {}", resumed.body);
+    }
+    let exec = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo alive"}),
+        )
         .await;
-    let message = refused.assert_error(400, "bad_request");
-    assert!(message.contains("docker"), "{message}");
-    assert_eq!(
-        server.get(&format!("/sandboxes/{id}")).await.body["state"],
-        "running"
-    );
+    assert_eq!(exec.body["stdout"], "alive\n");
     finish(server, &docker).await;
 }
 
