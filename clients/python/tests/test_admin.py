@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -28,14 +29,20 @@ def test_templates(client: SvcClient, provider: str, image: str | None) -> None:
             client.templates.create(name, provider=provider, image=image)
         assert err.value.code == "conflict"
 
-        updated = client.templates.update(name, provider=provider, image=image, ttl="20m", metadata={"v": "2"})
-        assert updated.ttl == "20m0s" and updated.metadata == {"v": "2"}
+        updated = client.templates.update(
+            name, provider=provider, image=image, ttl="20m", metadata={"v": "2"}, warm_pool=1
+        )
+        assert updated.ttl == "20m0s" and updated.metadata == {"v": "2"} and updated.warm_pool == 1
+        deadline = time.monotonic() + 30
+        while client.templates.get(name).warm_ready < 1:
+            assert time.monotonic() < deadline, "the warm pool never filled"
+            time.sleep(0.05)
 
-        spawned = client.templates.spawn(name, ttl="5m")
+        spawned = client.templates.spawn(name, ttl="5m", env={"FROM": "warm"}, metadata={"req": "1"})
         try:
             assert spawned.info.template == name and spawned.info.provider == provider
-            assert spawned.info.metadata.get("v") == "2"
-            assert spawned.commands.run("echo from-template").stdout == "from-template\n"
+            assert spawned.info.metadata == {"v": "2", "req": "1"}
+            assert spawned.commands.run("echo $FROM").stdout == "warm\n"
         finally:
             spawned.destroy()
 

@@ -16,6 +16,7 @@ function specBody(input: TemplateInput, name?: string): TemplateSpec {
   if (input.memory_mb !== undefined) body.memory_mb = input.memory_mb;
   if (input.vcpus !== undefined) body.vcpus = input.vcpus;
   if (input.metadata !== undefined) body.metadata = input.metadata;
+  if (input.warm_pool !== undefined) body.warm_pool = input.warm_pool;
   if (input.ttl !== undefined && input.ttl !== null) body.ttl = toDuration(input.ttl);
   return body;
 }
@@ -49,11 +50,16 @@ export class Templates {
     return this.client.json("templateDelete", { params: { name } });
   }
 
-  /** Spawns a sandbox from the template. */
-  async spawn(name: string, options: { ttl?: string | number; provider?: string } = {}): Promise<Sandbox> {
+  /** Spawns a sandbox from the template, from its warm pool when one is ready. */
+  async spawn(
+    name: string,
+    options: { ttl?: string | number; provider?: string; env?: Record<string, string>; metadata?: Record<string, string> } = {},
+  ): Promise<Sandbox> {
     const body: TemplateSpawnRequest = {};
     if (options.ttl !== undefined) body.ttl = toDuration(options.ttl);
     if (options.provider !== undefined) body.provider = options.provider;
+    if (options.env !== undefined) body.env = options.env;
+    if (options.metadata !== undefined) body.metadata = options.metadata;
     const info = await this.client.json("templateSpawn", { params: { name }, body });
     return new Sandbox(this.client, info);
   }

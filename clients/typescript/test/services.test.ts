@@ -76,17 +76,24 @@ eachProvider(server, "templates", (provider) => {
     await assert.rejects(templates.create(name, { image, provider }), ConflictError);
     assert.ok((await templates.list()).some((t) => t.name === name));
     assert.equal((await templates.get(name)).image, image);
-    const updated = await templates.update(name, { image, provider, ttl: 1200, memory_mb: 256, metadata: { kind: "sdk", v: "2" } });
+    const updated = await templates.update(name, { image, provider, ttl: 1200, memory_mb: 256, metadata: { kind: "sdk", v: "2" }, warm_pool: 1 });
     assert.equal(updated.ttl, "20m0s");
     assert.equal(updated.memory_mb, 256);
+    assert.equal(updated.warm_pool, 1);
+    const deadline = Date.now() + 30_000;
+    while (((await templates.get(name)).warm_ready ?? 0) < 1) {
+      assert.ok(Date.now() < deadline, "the warm pool never filled");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
 
-    const sandbox = await templates.spawn(name, { ttl: "5m" });
+    const sandbox = await templates.spawn(name, { ttl: "5m", env: { FROM: "warm" }, metadata: { req: "1" } });
     try {
       assert.equal(sandbox.info.provider, provider);
       assert.equal(sandbox.info.memory_mb, 256);
       assert.equal(sandbox.info.template, name);
       assert.equal(sandbox.info.metadata.v, "2");
-      assert.equal((await sandbox.commands.run("echo from-template")).stdout, "from-template\n");
+      assert.equal(sandbox.info.metadata.req, "1");
+      assert.equal((await sandbox.commands.run("echo $FROM")).stdout, "warm\n");
     } finally {
       await sandbox.destroy();
     }

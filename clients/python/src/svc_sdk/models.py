@@ -197,6 +197,8 @@ class TemplateInfo:
     metadata: dict[str, str]
     created_at: str
     updated_at: str
+    warm_pool: int = 0
+    warm_ready: int = 0
 
     @classmethod
     def from_dict(cls, data: Any) -> TemplateInfo:
@@ -390,11 +392,14 @@ class TemplateSpec(TypedDict, total=False):
     ttl: str
     provider: str
     metadata: dict[str, str]
+    warm_pool: int
 
 
 class TemplateSpawnRequest(TypedDict, total=False):
     ttl: str
     provider: str
+    env: dict[str, str]
+    metadata: dict[str, str]
 
 
 class QuotaRequest(TypedDict, total=False):

@@ -843,14 +843,33 @@ fn the_client_manages_templates_and_quotas_and_follows_events() {
         "mock",
         "--ttl",
         "10m",
+        "--warm-pool",
+        "1",
         "--json",
     ]));
     assert_eq!(template["name"], "py");
+    assert_eq!(template["warm_pool"], 1);
     assert!(client(&["template", "ls"])
         .lines()
         .any(|l| l.starts_with("py ")));
-    let sandbox = json(client(&["template", "spawn", "py", "--json"]));
+    let sandbox = json(client(&[
+        "template",
+        "spawn",
+        "py",
+        "--env",
+        "LANG_X=py",
+        "--json",
+    ]));
     assert_eq!(sandbox["state"], "running");
+    let echoed = client(&[
+        "exec",
+        sandbox["id"].as_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "echo $LANG_X",
+    ]);
+    assert_eq!(echoed, "py\n");
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(events.stdout.take().unwrap()),

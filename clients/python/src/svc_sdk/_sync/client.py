@@ -1352,6 +1352,7 @@ class Templates:
         ttl: Duration | None,
         provider: str | None,
         metadata: dict[str, str] | None,
+        warm_pool: int | None,
     ) -> TemplateSpec:
         spec: TemplateSpec = {}
         if name is not None:
@@ -1368,6 +1369,8 @@ class Templates:
             spec["provider"] = provider
         if metadata is not None:
             spec["metadata"] = metadata
+        if warm_pool is not None:
+            spec["warm_pool"] = warm_pool
         return spec
 
     def create(
@@ -1380,9 +1383,11 @@ class Templates:
         ttl: Duration | None = None,
         provider: str | None = None,
         metadata: dict[str, str] | None = None,
+        warm_pool: int | None = None,
     ) -> TemplateInfo:
-        """Creates a template (:class:`ConflictError` when the name exists)."""
-        spec = self._spec(name, image, memory_mb, vcpus, ttl, provider, metadata)
+        """Creates a template (:class:`ConflictError` when the name exists); ``warm_pool``
+        runtimes are then kept started for its spawns."""
+        spec = self._spec(name, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool)
         return TemplateInfo.from_dict(self._client._call("template_create", json_body=spec))
 
     def list(self) -> builtins.list[TemplateInfo]:
@@ -1401,9 +1406,10 @@ class Templates:
         ttl: Duration | None = None,
         provider: str | None = None,
         metadata: dict[str, str] | None = None,
+        warm_pool: int | None = None,
     ) -> TemplateInfo:
         """Replaces every field (omitted ones take the server defaults)."""
-        spec = self._spec(None, image, memory_mb, vcpus, ttl, provider, metadata)
+        spec = self._spec(None, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool)
         data = self._client._call("template_update", {"name": name}, json_body=spec)
         return TemplateInfo.from_dict(data)
 
@@ -1411,14 +1417,25 @@ class Templates:
         self._client._call("template_delete", {"name": name})
 
     def spawn(
-        self, name: str, *, ttl: Duration | None = None, provider: str | None = None
+        self,
+        name: str,
+        *,
+        ttl: Duration | None = None,
+        provider: str | None = None,
+        env: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> Sandbox:
-        """Spawns a sandbox from the template (``POST /templates/{name}/spawn``)."""
+        """Spawns a sandbox from the template (``POST /templates/{name}/spawn``), from its
+        warm pool when one is ready."""
         body: TemplateSpawnRequest = {}
         if ttl is not None:
             body["ttl"] = format_duration(ttl)
         if provider is not None:
             body["provider"] = provider
+        if env is not None:
+            body["env"] = env
+        if metadata is not None:
+            body["metadata"] = metadata
         data = self._client._call(
             "template_spawn", {"name": name}, json_body=body, timeout=_stream_timeout(None)
         )

@@ -9,13 +9,15 @@ use serde_json::{Map, Value};
 use super::sandbox::SANDBOX_COLUMNS;
 use super::{pairs, print_answer, Api, ClientError};
 
-const COLUMNS: [(&str, &str); 6] = [
+const COLUMNS: [(&str, &str); 8] = [
     ("NAME", "name"),
     ("IMAGE", "image"),
     ("PROVIDER", "provider"),
     ("MEMORY_MB", "memory_mb"),
     ("VCPUS", "vcpus"),
     ("TTL", "ttl"),
+    ("WARM_POOL", "warm_pool"),
+    ("WARM_READY", "warm_ready"),
 ];
 
 /// A template's settings; the ones left out keep the server's defaults (or, on update, their
@@ -40,6 +42,9 @@ pub(crate) struct TemplateFields {
     /// Metadata `KEY=VALUE` (repeatable).
     #[arg(long = "metadata", value_name = "KEY=VALUE")]
     metadata: Vec<String>,
+    /// Started runtimes to keep ready for its spawns.
+    #[arg(long)]
+    warm_pool: Option<u32>,
 }
 
 impl TemplateFields {
@@ -56,6 +61,7 @@ impl TemplateFields {
         set("memory_mb", self.memory_mb.map(Value::from));
         set("vcpus", self.vcpus.map(Value::from));
         set("ttl", self.ttl.clone().map(Value::from));
+        set("warm_pool", self.warm_pool.map(Value::from));
         let metadata = pairs("metadata", &self.metadata)?;
         set(
             "metadata",
@@ -99,7 +105,19 @@ pub(crate) enum TemplateCommand {
     Spawn {
         /// Its name.
         name: String,
+        /// Environment of every command in the sandbox, `KEY=VALUE` (repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
     },
+}
+
+fn spawn_body(env: &[String]) -> Result<Value, ClientError> {
+    let env = pairs("env", env)?;
+    let mut body = Map::new();
+    if !env.is_empty() {
+        body.insert("env".to_owned(), Value::Object(env));
+    }
+    Ok(Value::Object(body))
 }
 
 pub(crate) async fn run(api: Api, command: TemplateCommand) -> Result<ExitCode, ClientError> {
@@ -123,9 +141,9 @@ pub(crate) async fn run(api: Api, command: TemplateCommand) -> Result<ExitCode, 
             api.request(Method::DELETE, &format!("/templates/{name}")),
             &[],
         ),
-        TemplateCommand::Spawn { name } => (
+        TemplateCommand::Spawn { name, env } => (
             api.request(Method::POST, &format!("/templates/{name}/spawn"))
-                .json(&Map::new()),
+                .json(&spawn_body(env)?),
             &SANDBOX_COLUMNS,
         ),
     };
