@@ -4,9 +4,10 @@
 //! worker and, once their lease has lapsed (the lease is what makes exactly one replica act),
 //! settles each against its own providers:
 //!
-//! - a `running` sandbox whose runtime still runs here (one Docker engine, or one shared mock
-//!   directory) is taken over: its record names this worker, which renews its lease from now
-//!   on, event `reconcile.action` `taken_over`;
+//! - a `running` or `paused` sandbox whose runtime still exists and runs (or is frozen) here
+//!   (one Docker engine, or one shared mock directory) is taken over: its record names this
+//!   worker, which renews its lease from now on (and answers its resume), event
+//!   `reconcile.action` `taken_over`;
 //! - one whose runtime is gone is ended as `destroyed`/`runtime_vanished` (`marked_destroyed`),
 //!   one whose runtime stopped as `error`/`provider_failed` (`marked_error`), as reconciliation
 //!   does for a worker's own records;
@@ -83,7 +84,8 @@ impl ControlPlane {
                     self.take_over(dead, &orphan, report).await;
                 }
             }
-            SandboxState::Running => match provider.status(&orphan.id).await {
+            SandboxState::Running | SandboxState::Paused => match provider.status(&orphan.id).await
+            {
                 Ok(RuntimeStatus::Running) => {
                     if self.lease_for_reconcile(&orphan.id, report).await {
                         self.take_over(dead, &orphan, report).await;

@@ -181,9 +181,9 @@ pub trait Store: Send + Sync + 'static {
     /// `None` when it is not paused.
     async fn resume_sandbox(&self, id: &SandboxId, at: Timestamp) -> StoreResult<Option<Sandbox>>;
 
-    /// Moves a `running` sandbox of worker `from` to worker `to` (a live worker taking over a
-    /// dead one's sandbox). Returns the updated record, or `None` when the sandbox is not
-    /// running or not `from`'s any more (so one taker wins).
+    /// Moves a `running` or `paused` sandbox of worker `from` to worker `to` (a live worker
+    /// taking over a dead one's sandbox). Returns the updated record, or `None` when the
+    /// sandbox holds no runtime or is not `from`'s any more (so one taker wins).
     async fn reassign_sandbox(
         &self,
         id: &SandboxId,

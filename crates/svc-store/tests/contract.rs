@@ -1122,7 +1122,24 @@ async fn reassigning_a_sandbox_has_one_winner(store: &dyn Store) {
             .await
             .unwrap(),
         None,
-        "only running sandboxes move"
+        "only running and paused sandboxes move"
+    );
+    let mut frozen = sandbox("", "mock", at(2));
+    frozen.worker_id = Some("dead".into());
+    store.insert_sandbox(&frozen).await.unwrap();
+    store
+        .pause_sandbox(&frozen.id, at(3))
+        .await
+        .unwrap()
+        .unwrap();
+    let moved = store
+        .reassign_sandbox(&frozen.id, "dead", "w1")
+        .await
+        .unwrap()
+        .expect("a paused sandbox moves");
+    assert_eq!(
+        (moved.state, moved.worker_id.as_deref()),
+        (SandboxState::Paused, Some("w1"))
     );
     destroy(store, &stored.id, at(3)).await.unwrap();
     assert_eq!(

@@ -138,6 +138,18 @@ impl Provider for FaultyProvider {
         }
         Ok(runtimes)
     }
+
+    async fn pause(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.inner.pause(id).await
+    }
+
+    async fn resume(&self, id: &SandboxId) -> Result<(), ProviderError> {
+        self.inner.resume(id).await
+    }
+
+    async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
+        self.inner.claim(warm, id).await
+    }
 }
 
 /// What the store does on its Nth write.

@@ -778,6 +778,8 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     let admin = fx.admin();
     let spawn = || old.spawn_sandbox(&admin, SpawnRequest::default());
     let (kept, lost) = (spawn().await.unwrap(), spawn().await.unwrap());
+    let frozen = spawn().await.unwrap();
+    old.pause_sandbox(&admin, frozen.id.as_str()).await.unwrap();
     // A spawn the dead worker never finished, and a runtime gone with it.
     let mut interrupted = kept.clone();
     interrupted.id = SandboxId::generate();
@@ -801,7 +803,7 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     let report = new.take_over_dead_workers(&system).await.unwrap();
     assert_eq!(
         (report.taken_over, report.marked_destroyed),
-        (1, 1),
+        (2, 1),
         "{report:?}"
     );
     let record = |id: SandboxId| {
@@ -814,6 +816,14 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     let lease = fx.store.get_lease(kept.id.as_str()).await.unwrap().unwrap();
     assert_eq!(lease.holder_id, "new");
     assert!(lease.active_at(fx.clock.now()));
+    let paused = record(frozen.id.clone()).await;
+    assert_eq!(paused.state, SandboxState::Paused, "taken over as it was");
+    assert_eq!(paused.worker_id.as_deref(), Some("new"));
+    let resumed = new
+        .resume_sandbox(&admin, frozen.id.as_str())
+        .await
+        .unwrap();
+    assert_eq!(resumed.state, SandboxState::Running);
     let vanished = record(lost.id.clone()).await;
     assert_eq!(vanished.state, SandboxState::Destroyed);
     assert_eq!(vanished.state_reason, Some(StateReason::RuntimeVanished));
@@ -834,6 +844,7 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     actions.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     let mut expected = vec![
         (kept.id.clone(), serde_json::json!("taken_over")),
+        (frozen.id.clone(), serde_json::json!("taken_over")),
         (lost.id.clone(), serde_json::json!("marked_destroyed")),
     ];
     expected.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
@@ -845,5 +856,7 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
         third.take_over_dead_workers(&system).await.unwrap(),
         svc_control::ReconcileReport::default()
     );
-    assert_eq!(fx.runtimes(), vec![kept.id.to_string()]);
+    let mut alive = vec![kept.id.to_string(), frozen.id.to_string()];
+    alive.sort();
+    assert_eq!(fx.runtimes(), alive);
 }

@@ -158,7 +158,7 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
          WHERE id = ?1 AND state = 'paused' RETURNING {SANDBOX_COLUMNS}"
     ),
     reassign: format!(
-        "UPDATE sandboxes SET worker_id = ?3 WHERE id = ?1 AND state = 'running' \
+        "UPDATE sandboxes SET worker_id = ?3 WHERE id = ?1 AND state IN ('running', 'paused') \
          AND worker_id = ?2 RETURNING {SANDBOX_COLUMNS}"
     ),
     list: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes {LIST_SANDBOXES}"),
