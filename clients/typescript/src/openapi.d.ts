@@ -980,6 +980,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sandboxes/{id}/preview-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Issues a token that opens one port of one sandbox until it expires. */
+        post: operations["issue_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sandboxes/{id}/resume": {
         parameters: {
             query?: never;
@@ -1896,6 +1913,33 @@ export interface components {
              * @description Pool VMs now.
              */
             vms?: number | null;
+        };
+        /** @description A preview token. */
+        PreviewToken: {
+            /**
+             * Format: date-time
+             * @description When it stops working.
+             */
+            expires_at: string;
+            /** @description The token, for `?svc_preview_token=` (then kept as a cookie). */
+            token: string;
+            /** @description The preview's address by host name (`http://<port>-<id>.<preview_domain>[:port]/`). */
+            url: string;
+        };
+        /** @description `POST /sandboxes/{id}/preview-tokens` body. */
+        PreviewTokenRequest: {
+            /**
+             * Format: int32
+             * @description The port inside the sandbox (1 to 65535).
+             * @default 0
+             */
+            port?: number;
+            /**
+             * @description Lifetime: at least `1s`, at most the sandbox's remaining life.
+             * @default null
+             * @example 15m
+             */
+            ttl?: string;
         };
         /** @description `process`. */
         ProcessInfo: {
@@ -7656,6 +7700,93 @@ export interface operations {
             /** @description Provider failed */
             500: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    issue_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreviewToken"];
+                };
+            };
+            /** @description Invalid port or ttl */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such sandbox */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The sandbox has ended */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -152,12 +152,11 @@ pub(crate) async fn authenticate(
     response
 }
 
-async fn authenticate_routed(plane: ControlPlane, mut request: Request, next: Next) -> Response {
-    let path = request.uri().path().to_owned();
-    if PROBES.contains(&path.as_str()) || path.starts_with(WORKER_PREFIX) {
-        return next.run(request).await;
-    }
-    let headers = request.headers();
+/// The caller a request's credentials name, with its `X-User-ID` owner.
+pub(crate) async fn principal_of(
+    plane: &ControlPlane,
+    headers: &HeaderMap,
+) -> Result<Principal, Error> {
     let credentials = Credentials {
         api_key: header(headers, &API_KEY_HEADER),
         admin_api_key: header(headers, &ADMIN_API_KEY_HEADER),
@@ -166,14 +165,18 @@ async fn authenticate_routed(plane: ControlPlane, mut request: Request, next: Ne
     // Who is calling comes before what they asked: a bad X-User-ID from an unknown caller
     // is still a 401.
     let owner = owner(headers);
-    let principal = match plane.authenticate(&credentials).await {
-        Ok(mut principal) => match owner {
-            Ok(owner) => {
-                principal.owner = owner;
-                principal
-            }
-            Err(err) => return ApiError(err).into_response(),
-        },
+    let mut principal = plane.authenticate(&credentials).await?;
+    principal.owner = owner?;
+    Ok(principal)
+}
+
+async fn authenticate_routed(plane: ControlPlane, mut request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    if PROBES.contains(&path.as_str()) || path.starts_with(WORKER_PREFIX) {
+        return next.run(request).await;
+    }
+    let principal = match principal_of(&plane, request.headers()).await {
+        Ok(principal) => principal,
         Err(err) => return ApiError(err).into_response(),
     };
     if plane.config().pool.enabled && principal.owner.is_none() && acts_on_sandboxes(&path) {

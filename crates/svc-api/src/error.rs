@@ -37,6 +37,7 @@ pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::ResourceLimit => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::ProviderError | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
     }
 }
 
@@ -86,6 +87,14 @@ pub(crate) async fn json_errors(
     next: axum::middleware::Next,
 ) -> Response {
     let response = next.run(request).await;
+    if response
+        .extensions()
+        .get::<crate::routes::preview::Proxied>()
+        .is_some()
+    {
+        // A sandbox's own answer, passed on as it is.
+        return response;
+    }
     let status = response.status();
     let is_json = response
         .headers()

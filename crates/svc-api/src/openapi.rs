@@ -25,6 +25,7 @@ use utoipa::{Modify, OpenApi};
         (name = "quotas", description = "Per-owner limits and usage"),
         (name = "workers", description = "The worker registry"),
         (name = "tenants", description = "Tenants, members, policies and the audit log"),
+        (name = "previews", description = "Ports inside a sandbox through svc: preview tokens; the proxy itself is /sandboxes/{id}/proxy/{port}/... and <port>-<id>.<preview_domain>"),
         (name = "events", description = "Lifecycle events"),
         (name = "system", description = "Health and readiness"),
         (name = "admin", description = "Admin aliases; need the admin API key")

@@ -98,6 +98,7 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("POST", "/sandboxes/{id}/extend", Extend),
         ("POST", "/sandboxes/{id}/pause", Pause),
         ("POST", "/sandboxes/{id}/resume", Pause),
+        ("POST", "/sandboxes/{id}/preview-tokens", Exec),
         ("GET", "/sandboxes/{id}/files", ReadFiles),
         ("POST", "/sandboxes/{id}/files", WriteFiles),
         ("PUT", "/sandboxes/{id}/files", WriteFiles),

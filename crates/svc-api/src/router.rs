@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{header, HeaderName, HeaderValue};
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::Router;
 use svc_control::ControlPlane;
 use svc_core::error::Resource;
@@ -29,6 +29,7 @@ fn api_router() -> OpenApiRouter<ControlPlane> {
         .merge(routes::workers::routes())
         .merge(routes::tenants::routes())
         .merge(routes::observe::routes())
+        .merge(routes::preview::routes())
         .merge(routes::events::routes());
     OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/api/v1", api)
 }
@@ -100,6 +101,19 @@ pub fn router(plane: ControlPlane) -> Router {
         "/api/v1/openapi.yaml",
         get(move || async move { ([(header::CONTENT_TYPE, "application/yaml")], yaml) }),
     )
+    // The preview proxy authenticates for itself: credentials, or a preview token.
+    .route(
+        "/api/v1/sandboxes/{id}/proxy/{port}",
+        any(routes::preview::by_path),
+    )
+    .route(
+        "/api/v1/sandboxes/{id}/proxy/{port}/",
+        any(routes::preview::by_path),
+    )
+    .route(
+        "/api/v1/sandboxes/{id}/proxy/{port}/{*rest}",
+        any(routes::preview::by_path),
+    )
     .fallback(route_not_found)
     .method_not_allowed_fallback(method_not_allowed)
     .layer(DefaultBodyLimit::max(max_body))
@@ -108,6 +122,10 @@ pub fn router(plane: ControlPlane) -> Router {
         crate::ratelimit::limit,
     ))
     .layer(axum::middleware::from_fn(crate::error::json_errors))
+    .layer(axum::middleware::from_fn_with_state(
+        plane.clone(),
+        routes::preview::by_host,
+    ))
     .with_state(plane)
     .layer(cors)
     .layer(axum::middleware::from_fn_with_state(

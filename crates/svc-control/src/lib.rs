@@ -16,6 +16,7 @@ pub mod observe;
 mod pause;
 mod plane;
 pub mod pool;
+pub mod preview;
 mod principal;
 mod provider_errors;
 pub mod providers;

@@ -51,6 +51,7 @@ pub(crate) struct Inner {
     pub(crate) held_leases: crate::held_leases::HeldLeases,
     pub(crate) exec_jobs: crate::exec_jobs::ExecJobs,
     pub(crate) warm: crate::warm::WarmPools,
+    pub(crate) preview_keys: crate::preview::PreviewKeys,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -102,6 +103,7 @@ impl ControlPlane {
                 held_leases: crate::held_leases::HeldLeases::default(),
                 exec_jobs: crate::exec_jobs::ExecJobs::default(),
                 warm: crate::warm::WarmPools::default(),
+                preview_keys: crate::preview::PreviewKeys::new(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),

@@ -33,6 +33,8 @@ pub enum ErrorKind {
     ProviderError,
     /// 503 `unavailable`.
     Unavailable,
+    /// 502 `bad_gateway`: nothing answers where a preview points (decisions §18).
+    BadGateway,
     /// 500 `internal`.
     Internal,
 }
@@ -53,6 +55,7 @@ impl ErrorKind {
             ErrorKind::ResourceLimit => "resource_limit",
             ErrorKind::ProviderError => "provider_error",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::BadGateway => "bad_gateway",
             ErrorKind::Internal => "internal",
         }
     }
@@ -272,6 +275,12 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// Nothing answers at a sandbox's port (a preview).
+    #[error("{message}")]
+    BadGateway {
+        /// What could not be reached.
+        message: String,
+    },
     /// A configured provider is unhealthy.
     #[error("provider {provider} is unavailable: {message}")]
     ProviderUnavailable {
@@ -378,6 +387,7 @@ impl Error {
                 ErrorKind::PayloadTooLarge
             }
             Error::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            Error::BadGateway { .. } => ErrorKind::BadGateway,
             Error::Internal { .. } => ErrorKind::Internal,
         }
     }

@@ -33,6 +33,12 @@ pub enum ProviderError {
         /// The reason.
         message: String,
     },
+    /// Nothing answers at a port inside the sandbox (previews).
+    #[error("{message}")]
+    Unreachable {
+        /// What could not be reached, and why.
+        message: String,
+    },
     /// The backend answered with a failure.
     #[error("{message}")]
     Failed {

@@ -27,3 +27,35 @@ pub use provider::{
     LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_TEMPLATE,
     LABEL_TENANT, LABEL_WARM, LABEL_WARM_SPEC, LABEL_WORKER,
 };
+
+/// A byte stream both ways to a port inside a sandbox ([`Provider::connect`]).
+pub type PortStream = Box<dyn PortIo>;
+
+/// What a [`PortStream`] is made of.
+pub trait PortIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> PortIo for T {}
+
+/// Connects to `addr`, a sandbox's port on this host; a refusal or an unreachable address is
+/// [`ProviderError::Unreachable`].
+pub async fn connect_tcp(
+    addr: std::net::SocketAddr,
+    port: u16,
+) -> Result<PortStream, ProviderError> {
+    let connecting = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::net::TcpStream::connect(addr),
+    );
+    match connecting.await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(Box::new(stream))
+        }
+        Ok(Err(err)) => Err(ProviderError::Unreachable {
+            message: format!("nothing answers on port {port} in the sandbox ({err})"),
+        }),
+        Err(_) => Err(ProviderError::Unreachable {
+            message: format!("port {port} in the sandbox did not answer within 5s"),
+        }),
+    }
+}

@@ -330,6 +330,16 @@ pub trait Provider: Send + Sync + 'static {
         Err(ProviderError::Unsupported { op: "glob" })
     }
 
+    /// Opens a TCP connection to `port` inside the sandbox (previews, decisions §18). Nothing
+    /// listening there is [`ProviderError::Unreachable`].
+    async fn connect(
+        &self,
+        _id: &SandboxId,
+        _port: u16,
+    ) -> Result<crate::PortStream, ProviderError> {
+        Err(ProviderError::Unsupported { op: "connect" })
+    }
+
     /// Cached root filesystems; none for providers without snapshots.
     async fn snapshots(&self) -> Result<Vec<SnapshotInfo>, ProviderError> {
         Ok(Vec::new())

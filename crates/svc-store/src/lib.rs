@@ -104,6 +104,10 @@ pub trait Store: Send + Sync + 'static {
     /// carry it, so a deployment recognises what it made.
     async fn installation_id(&self) -> StoreResult<String>;
 
+    /// The database's random key for signing preview tokens (made once, by a migration); a
+    /// secret, never shown.
+    async fn preview_key(&self) -> StoreResult<String>;
+
     /// Round-trips a trivial query; returns how long it took.
     async fn ping(&self) -> StoreResult<Duration>;
 

@@ -1706,6 +1706,15 @@ async fn ping_answers(store: &dyn Store) {
     assert!(!store.backend().is_empty());
 }
 
+async fn meta_values_are_random_and_stable(store: &dyn Store) {
+    let installation = store.installation_id().await.unwrap();
+    let key = store.preview_key().await.unwrap();
+    assert_eq!(store.preview_key().await.unwrap(), key, "made once");
+    assert!(key.len() >= 60, "{} characters", key.len());
+    assert!(key.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_ne!(key, installation);
+}
+
 /// Runs the futures concurrently and unwraps every result.
 async fn futures_join_all<T, F: std::future::Future<Output = Result<T, StoreError>>>(
     futures: impl Iterator<Item = F>,
@@ -1744,6 +1753,7 @@ macro_rules! all_cases {
                 expiry_and_purge,
                 pause_and_resume,
                 template_crud,
+                meta_values_are_random_and_stable,
                 concurrent_writes_are_all_kept,
                 admission_counts_and_records_in_one_write,
                 concurrent_admission_never_over_admits,

@@ -5,6 +5,7 @@ pub(crate) mod events;
 pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod observe;
+pub(crate) mod preview;
 pub(crate) mod providers;
 pub(crate) mod quotas;
 pub(crate) mod sandboxes;

@@ -84,6 +84,15 @@ impl Provider for Metered {
         self.measure("spawn", self.inner.spawn(spec)).await
     }
 
+    async fn connect(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> Result<svc_provider::PortStream, ProviderError> {
+        // Not measured: one per preview request, and a refusal is the sandbox's, not ours.
+        self.inner.connect(id, port).await
+    }
+
     async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
         self.measure("claim", self.inner.claim(warm, id)).await
     }

@@ -150,6 +150,14 @@ impl Provider for FaultyProvider {
     async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
         self.inner.claim(warm, id).await
     }
+
+    async fn connect(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> Result<svc_provider::PortStream, ProviderError> {
+        self.inner.connect(id, port).await
+    }
 }
 
 /// What the store does on its Nth write.
@@ -216,6 +224,10 @@ impl Store for FaultyStore {
     }
     async fn installation_id(&self) -> StoreResult<String> {
         self.inner.installation_id().await
+    }
+
+    async fn preview_key(&self) -> StoreResult<String> {
+        self.inner.preview_key().await
     }
     async fn ping(&self) -> StoreResult<Duration> {
         self.inner.ping().await

@@ -72,6 +72,9 @@ pub struct DockerProvider {
     config: DockerProviderConfig,
     endpoint: String,
     gates: gate::Gates,
+    /// Each container's address on this host, for previews; a container keeps its address
+    /// while it runs.
+    addresses: std::sync::Mutex<HashMap<String, std::net::IpAddr>>,
 }
 
 /// The container name of a sandbox. A claimed warm runtime is renamed to its sandbox's name,
@@ -113,6 +116,7 @@ impl DockerProvider {
             config,
             endpoint,
             gates: gate::Gates::default(),
+            addresses: std::sync::Mutex::default(),
         };
         // Connect now when the engine answers, so the first request does not pay for it.
         let _ = provider.client().await;
@@ -314,6 +318,50 @@ impl DockerProvider {
         Ok(inspect.state.and_then(|s| s.paused) == Some(true))
     }
 
+    /// The container's address reachable from this host: its IP on its (first) network, or
+    /// loopback for a container on the host's network.
+    async fn address(&self, id: &SandboxId) -> Result<std::net::IpAddr, ProviderError> {
+        let name = container_name(id);
+        let cached = self
+            .addresses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&name)
+            .copied();
+        if let Some(address) = cached {
+            return Ok(address);
+        }
+        let inspect = self
+            .client()
+            .await?
+            .inspect_container(&name, None)
+            .await
+            .map_err(|e| container_error(id.as_str(), "inspecting the container", &e))?;
+        let host_network = inspect
+            .host_config
+            .and_then(|h| h.network_mode)
+            .is_some_and(|mode| mode == "host");
+        let address = if host_network {
+            std::net::IpAddr::from([127, 0, 0, 1])
+        } else {
+            inspect
+                .network_settings
+                .and_then(|n| n.networks)
+                .into_iter()
+                .flat_map(|networks| networks.into_values())
+                .filter_map(|network| network.ip_address)
+                .find_map(|ip| ip.parse().ok())
+                .ok_or_else(|| ProviderError::Unreachable {
+                    message: format!("sandbox {id} has no network address (network none?)"),
+                })?
+        };
+        self.addresses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name, address);
+        Ok(address)
+    }
+
     async fn remove(&self, name: &str) -> Result<(), ProviderError> {
         let docker = self.client().await?;
         let options = RemoveContainerOptions {
@@ -413,6 +461,11 @@ impl Provider for DockerProvider {
         }
     }
 
+    async fn connect(&self, id: &SandboxId, port: u16) -> Result<crate::PortStream, ProviderError> {
+        let address = self.address(id).await?;
+        crate::connect_tcp(std::net::SocketAddr::new(address, port), port).await
+    }
+
     async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
         let options = RenameContainerOptions {
             name: container_name(id),
@@ -430,6 +483,10 @@ impl Provider for DockerProvider {
         let name = container_name(id);
         self.remove(&name).await?;
         self.gates.forget(&name);
+        self.addresses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&name);
         Ok(())
     }
 

@@ -224,6 +224,12 @@ impl Provider for MockProvider {
         Ok(RuntimeInfo::started(spec, false))
     }
 
+    async fn connect(&self, id: &SandboxId, port: u16) -> Result<crate::PortStream, ProviderError> {
+        // Mock sandboxes are host processes: their ports are the host's loopback ones.
+        self.existing_dir(id).await?;
+        crate::connect_tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)), port).await
+    }
+
     async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
         let moves = [
             (self.sandbox_dir(warm), self.sandbox_dir(id)),

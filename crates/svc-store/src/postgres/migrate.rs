@@ -23,6 +23,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/postgres/0004_warm_pools.sql"),
     ),
+    (
+        5,
+        include_str!("../../migrations/postgres/0005_preview_key.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

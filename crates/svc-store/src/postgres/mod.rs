@@ -48,6 +48,21 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// A value of the `meta` table, made by the migrations.
+    async fn meta(&self, key: &'static str) -> StoreResult<String> {
+        let client = self.client(key).await?;
+        let row = query_one(
+            &client,
+            key,
+            "SELECT value FROM meta WHERE key = $1",
+            &[&key],
+        )
+        .await?;
+        row.try_get(0).map_err(backend(key))
+    }
+}
+
+impl PgStore {
     /// Connects to the database at `dsn` (a `postgres://` URL or `key=value` pairs) with up to
     /// `pool_size` connections and runs pending migrations. Tables live where the connection's
     /// `search_path` puts them.
@@ -198,16 +213,11 @@ impl Store for PgStore {
     }
 
     async fn installation_id(&self) -> StoreResult<String> {
-        const OP: &str = "installation_id";
-        let client = self.client(OP).await?;
-        let row = query_one(
-            &client,
-            OP,
-            "SELECT value FROM meta WHERE key = 'installation_id'",
-            &[],
-        )
-        .await?;
-        row.try_get(0).map_err(backend(OP))
+        self.meta("installation_id").await
+    }
+
+    async fn preview_key(&self) -> StoreResult<String> {
+        self.meta("preview_key").await
     }
 
     async fn ping(&self) -> StoreResult<Duration> {

@@ -48,6 +48,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/sqlite/0010_warm_pools.sql"),
     ),
+    (
+        11,
+        include_str!("../../migrations/sqlite/0011_preview_key.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -37,6 +37,20 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// A value of the `meta` table, made by the migrations.
+    async fn meta(&self, key: &'static str) -> StoreResult<String> {
+        self.connections
+            .read(key, move |conn| {
+                conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
+                    row.get(0)
+                })
+                .map_err(codec::backend(key))
+            })
+            .await
+    }
+}
+
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and runs pending migrations.
     /// `:memory:` gives a private in-memory database.
     pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
@@ -203,16 +217,11 @@ impl Store for SqliteStore {
     }
 
     async fn installation_id(&self) -> StoreResult<String> {
-        self.connections
-            .read("installation_id", |conn| {
-                conn.query_row(
-                    "SELECT value FROM meta WHERE key = 'installation_id'",
-                    [],
-                    |row| row.get(0),
-                )
-                .map_err(codec::backend("installation_id"))
-            })
-            .await
+        self.meta("installation_id").await
+    }
+
+    async fn preview_key(&self) -> StoreResult<String> {
+        self.meta("preview_key").await
     }
 
     async fn ping(&self) -> StoreResult<Duration> {

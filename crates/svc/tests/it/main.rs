@@ -23,6 +23,7 @@ mod oidc;
 mod pause;
 mod permissions;
 mod pool;
+mod preview;
 mod providers;
 mod queue;
 mod quotas;

@@ -78,6 +78,7 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("POST", "/sandboxes/{id}/extend", 'L'),
     ("POST", "/sandboxes/{id}/pause", 'L'),
     ("POST", "/sandboxes/{id}/resume", 'L'),
+    ("POST", "/sandboxes/{id}/preview-tokens", 'L'),
     ("GET", "/sandboxes/{id}/files", 'R'),
     ("POST", "/sandboxes/{id}/files", 'L'),
     ("PUT", "/sandboxes/{id}/files", 'L'),
