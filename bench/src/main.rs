@@ -14,6 +14,7 @@ mod load;
 mod microvm;
 mod observe;
 mod pool;
+mod preview;
 mod replicas;
 
 use clap::{Parser, Subcommand};
@@ -63,6 +64,8 @@ enum Scenario {
     Microvm(microvm::MicrovmArgs),
     /// Per user: spawn, exec and small-file round trips, destroy (pool mode next to plain).
     Pool(pool::PoolArgs),
+    /// A page inside a sandbox, directly and through the preview proxy: latency, throughput.
+    Preview(preview::PreviewArgs),
 }
 
 #[tokio::main]
@@ -85,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::EventLatency(latency) => replicas::event_latency(&latency).await,
         Scenario::Microvm(microvm) => microvm::run(&args.url, &microvm).await,
         Scenario::Pool(pool) => pool::run(&args.url, &pool).await,
+        Scenario::Preview(preview) => preview::run(&preview).await,
     }
 }
 
