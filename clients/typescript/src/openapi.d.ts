@@ -1285,7 +1285,7 @@ export interface components {
          * @description One capability a provider declares.
          * @enum {string}
          */
-        Capability: "spawn" | "exec" | "exec_stream" | "files" | "console" | "health" | "runtime_inventory" | "container" | "snapshots" | "microvm" | "vsock_agent" | "stats" | "pause" | "warm_pool";
+        Capability: "spawn" | "exec" | "exec_stream" | "files" | "console" | "health" | "runtime_inventory" | "container" | "snapshots" | "microvm" | "vsock_agent" | "stats" | "pause" | "warm_pool" | "egress";
         /** @description `POST /files/chmod` body. */
         ChmodFile: {
             /**
@@ -1334,6 +1334,21 @@ export interface components {
             /** @description Workers. */
             workers: components["schemas"]["WorkerSummary"];
         };
+        /** @description A sandbox's egress (`egress` on spawn, templates and sandboxes). */
+        Egress: {
+            /**
+             * @description Allowed destinations (mode `allowlist`).
+             * @default []
+             */
+            allow?: string[];
+            /** @default all */
+            mode?: components["schemas"]["EgressMode"];
+        };
+        /**
+         * @description The egress mode.
+         * @enum {string}
+         */
+        EgressMode: "all" | "none" | "allowlist";
         /** @description The JSON body of every error response. */
         ErrorBody: {
             /** @description Machine-readable code (`bad_request`, `not_found`, ...). */
@@ -2207,6 +2222,8 @@ export interface components {
              * @description When it was destroyed.
              */
             destroyed_at?: string | null;
+            /** @description What the sandbox may connect to (decisions §18). */
+            egress?: components["schemas"]["Egress"];
             /**
              * Format: date-time
              * @description When the reaper destroys it.
@@ -2373,6 +2390,8 @@ export interface components {
         };
         /** @description `POST /sandboxes` body. Every field is optional; server defaults apply. */
         SpawnRequest: {
+            /** @default null */
+            egress?: null | components["schemas"]["Egress"];
             /**
              * @description Default environment for every exec in this sandbox.
              * @default null
@@ -2465,6 +2484,8 @@ export interface components {
              * @description Creation time.
              */
             created_at: string;
+            /** @description What its sandboxes may connect to (decisions §18). */
+            egress?: components["schemas"]["Egress"];
             /** @description Image. */
             image: string;
             /**
@@ -2529,6 +2550,8 @@ export interface components {
         };
         /** @description `POST /templates` body (and `PUT /templates/{name}` without `name`). */
         TemplateSpec: {
+            /** @default null */
+            egress?: null | components["schemas"]["Egress"];
             /**
              * @description Image; default `defaults.image`.
              * @default null

@@ -247,6 +247,7 @@ impl ControlPlane {
             state_message: None,
             paused_at: None,
             paused_for: std::time::Duration::ZERO,
+            egress: svc_core::egress::Egress::default(),
             env: BTreeMap::new(),
         }
     }

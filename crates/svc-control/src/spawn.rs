@@ -53,6 +53,7 @@ pub(crate) struct SpawnPlan {
     pub(crate) owner: String,
     tenant: String,
     template: Option<String>,
+    egress: svc_core::egress::Egress,
 }
 
 /// Where a spawn would run (decisions §11): here, or only on other workers, which this build
@@ -287,17 +288,30 @@ impl ControlPlane {
             Placement::Local(provider) => Some(provider.default_network()),
             Placement::Elsewhere { .. } => None,
         });
-        self.check_policies(
-            principal,
-            &tenant,
-            [
-                (PolicyResource::Image, Some(image.as_str())),
-                (PolicyResource::Provider, Some(placement.provider_name())),
-                (PolicyResource::Network, network.as_deref()),
-            ],
-            placement.provider_name(),
-        )
-        .await?;
+        let egress = request
+            .egress
+            .or_else(|| template.as_ref().map(|t| t.egress.clone()))
+            .unwrap_or_default();
+        egress.check()?;
+        // Every network value the spawn names is matched: the network, the egress mode and
+        // each allowed destination as written (decisions §18).
+        let mut values = vec![
+            (PolicyResource::Image, Some(image.as_str())),
+            (PolicyResource::Provider, Some(placement.provider_name())),
+            (PolicyResource::Network, network.as_deref()),
+            (PolicyResource::Network, Some(egress.mode.as_str())),
+        ];
+        values.extend(
+            egress
+                .allow
+                .iter()
+                .map(|entry| (PolicyResource::Network, Some(entry.as_str()))),
+        );
+        self.check_policies(principal, &tenant, &values, placement.provider_name())
+            .await?;
+        if let Placement::Local(provider) = &placement {
+            check_egress_for(&egress, provider.as_ref())?;
+        }
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
@@ -316,6 +330,7 @@ impl ControlPlane {
             owner,
             tenant,
             template: template.map(|t| t.name),
+            egress,
         })
     }
 
@@ -424,6 +439,7 @@ impl ControlPlane {
             state_message: None,
             paused_at: None,
             paused_for: std::time::Duration::ZERO,
+            egress: plan.egress.clone(),
             env: plan.env.clone(),
         }
     }
@@ -431,7 +447,11 @@ impl ControlPlane {
     /// A ready warm runtime for `plan`, when a pool has one (`warm/`): a local spawn that
     /// names no network, of the spec of the template it names or of any pool.
     fn take_warm(&self, plan: &SpawnPlan) -> Option<SandboxId> {
-        if plan.network.is_some() || self.providers().pool().is_some() {
+        // Warm runtimes start with the provider's network and any egress.
+        if plan.network.is_some()
+            || plan.egress != svc_core::egress::Egress::default()
+            || self.providers().pool().is_some()
+        {
             return None;
         }
         let Placement::Local(provider) = &plan.placement else {
@@ -749,6 +769,26 @@ pub(crate) fn check_image_for(
     Ok(())
 }
 
+/// Egress other than `all` needs a provider that enforces it (capability `egress`).
+pub(crate) fn check_egress_for(
+    egress: &svc_core::egress::Egress,
+    provider: &dyn Provider,
+) -> Result<(), Error> {
+    if egress.mode != svc_core::egress::EgressMode::All
+        && !provider.capabilities().contains(&Capability::Egress)
+    {
+        return Err(Error::invalid(
+            "egress",
+            format!(
+                "provider {} cannot enforce egress mode {} (no capability egress); use all",
+                provider.name(),
+                egress.mode.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// What the provider is asked to create for `sandbox`.
 fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
     let worker = sandbox.worker_id.clone().unwrap_or_default();
@@ -768,6 +808,7 @@ fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
             (LABEL_INSTALLATION.to_owned(), installation.to_owned()),
         ]),
         multi_user: false,
+        egress: sandbox.egress.clone(),
     }
 }
 

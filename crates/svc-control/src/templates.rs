@@ -38,6 +38,15 @@ impl ControlPlane {
         if warm_pool > 0 {
             self.check_warm_pool(spawns_on.as_ref())?;
         }
+        let egress = spec.egress.unwrap_or_default();
+        egress.check()?;
+        crate::spawn::check_egress_for(&egress, spawns_on.as_ref())?;
+        if warm_pool > 0 && egress != svc_core::egress::Egress::default() {
+            return Err(Error::invalid(
+                "warm_pool",
+                "warm runtimes start with egress all; a template with another egress keeps none (use 0)",
+            ));
+        }
         Ok(Template {
             name,
             image,
@@ -46,6 +55,7 @@ impl ControlPlane {
             ttl,
             provider,
             metadata: spec.metadata.unwrap_or_default(),
+            egress,
             warm_pool,
             warm_ready: 0,
             created_at: now,

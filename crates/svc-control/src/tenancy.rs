@@ -388,14 +388,14 @@ impl ControlPlane {
         &self,
         principal: &Principal,
         tenant_id: &str,
-        values: [(PolicyResource, Option<&str>); 3],
+        values: &[(PolicyResource, Option<&str>)],
         provider: &str,
     ) -> Result<(), Error> {
         let policies = self.store().list_policies(tenant_id).await?;
         if policies.is_empty() {
             return Ok(());
         }
-        for (resource, value) in values {
+        for &(resource, value) in values {
             let Some(value) = value else { continue };
             let Some(policy) = deciding_policy(&policies, resource, value) else {
                 continue;

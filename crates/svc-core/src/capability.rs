@@ -47,6 +47,8 @@ pub enum Capability {
     /// Keeps started runtimes ready for a template's spawns and hands one to a sandbox
     /// (template `warm_pool`, decisions §17).
     WarmPool,
+    /// Enforces a sandbox's `egress` modes `none` and `allowlist` (decisions §18).
+    Egress,
 }
 
 impl Capability {
@@ -67,6 +69,7 @@ impl Capability {
             Capability::Stats => "stats",
             Capability::Pause => "pause",
             Capability::WarmPool => "warm_pool",
+            Capability::Egress => "egress",
         }
     }
 }

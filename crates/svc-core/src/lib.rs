@@ -9,6 +9,7 @@ pub mod capability;
 pub mod clock;
 pub mod config;
 pub mod duration;
+pub mod egress;
 pub mod error;
 pub mod event;
 pub mod exec;

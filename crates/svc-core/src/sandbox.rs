@@ -203,6 +203,9 @@ pub struct Sandbox {
     /// Default environment for every exec; never rendered, it may hold secrets.
     #[serde(skip)]
     pub env: BTreeMap<String, String>,
+    /// What the sandbox may connect to (decisions §18).
+    #[serde(default)]
+    pub egress: crate::egress::Egress,
 }
 
 impl Sandbox {
@@ -258,6 +261,8 @@ pub struct SpawnRequest {
     pub env: Option<BTreeMap<String, String>>,
     /// Tenant (API-key and admin callers only).
     pub tenant_id: Option<String>,
+    /// What the sandbox may connect to; default `{"mode": "all"}`.
+    pub egress: Option<crate::egress::Egress>,
 }
 
 /// `POST /sandboxes/{id}/extend` body.
@@ -471,6 +476,7 @@ mod tests {
             state_message: None,
             paused_at: None,
             paused_for: std::time::Duration::ZERO,
+            egress: crate::egress::Egress::default(),
             env: BTreeMap::from([("SECRET".into(), "hunter2".into())]),
         }
     }

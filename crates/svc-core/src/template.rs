@@ -25,6 +25,9 @@ pub struct Template {
     pub provider: String,
     /// Labels copied to spawned sandboxes.
     pub metadata: Metadata,
+    /// What its sandboxes may connect to (decisions §18).
+    #[serde(default)]
+    pub egress: crate::egress::Egress,
     /// How many started runtimes svc keeps ready for this template's spawns (decisions §17).
     #[serde(default)]
     pub warm_pool: u32,
@@ -60,6 +63,8 @@ pub struct TemplateSpec {
     pub metadata: Option<Metadata>,
     /// Runtimes kept ready; default 0 (none).
     pub warm_pool: Option<u32>,
+    /// What its sandboxes may connect to; default `{"mode": "all"}`.
+    pub egress: Option<crate::egress::Egress>,
 }
 
 /// `POST /templates/{name}/spawn` body.

@@ -55,6 +55,8 @@ pub struct SpawnSpec {
     /// `DAC_OVERRIDE`, `FOWNER` and `KILL` (its other users' commands get none) and runs as
     /// root whatever `providers.docker.user` says.
     pub multi_user: bool,
+    /// What the runtime may connect to; providers declaring `egress` enforce it.
+    pub egress: svc_core::egress::Egress,
 }
 
 /// A runtime as the provider sees it.

@@ -98,6 +98,7 @@ fn microvm_spec(image: &str) -> SpawnSpec {
         network: None,
         labels: BTreeMap::new(),
         multi_user: false,
+        egress: svc_core::egress::Egress::default(),
     }
 }
 
@@ -163,6 +164,7 @@ impl Sandbox {
             network: None,
             labels: BTreeMap::new(),
             multi_user: false,
+            egress: svc_core::egress::Egress::default(),
         };
         provider.spawn(&spec).await.unwrap();
         Sandbox { provider, id }
@@ -1146,6 +1148,7 @@ async fn shell_files_run_as_a_user_and_stop_where_it_may_not_reach() {
         network: None,
         labels: BTreeMap::new(),
         multi_user: true,
+        egress: svc_core::egress::Egress::default(),
     };
     backend.provider.spawn(&spec).await.unwrap();
     let sandbox = Sandbox {

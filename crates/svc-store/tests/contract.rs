@@ -252,6 +252,10 @@ fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
         state_message: None,
         paused_at: None,
         paused_for: std::time::Duration::ZERO,
+        egress: svc_core::egress::Egress {
+            mode: svc_core::egress::EgressMode::Allowlist,
+            allow: vec!["example.com:443".into(), "10.0.0.0/8".into()],
+        },
         env: BTreeMap::from([("A".into(), "1".into())]),
     }
 }
@@ -278,6 +282,10 @@ fn template(name: &str) -> Template {
         ttl: GoDuration::from_secs(3600),
         provider: "mock".into(),
         metadata: BTreeMap::from([("k".into(), "v".into())]),
+        egress: svc_core::egress::Egress {
+            mode: svc_core::egress::EgressMode::None,
+            allow: Vec::new(),
+        },
         warm_pool: 2,
         warm_ready: 0,
         created_at: at(0),

@@ -350,6 +350,7 @@ impl Pool {
                 (LABEL_POOL.to_owned(), POOL_VM.to_owned()),
             ]),
             multi_user: true,
+            egress: svc_core::egress::Egress::default(),
         };
         let made = async {
             self.inner.spawn(&spec).await?;

@@ -283,6 +283,7 @@ impl ControlPlane {
                 (LABEL_WARM_SPEC.to_owned(), spec.label()),
             ]),
             multi_user: false,
+            egress: svc_core::egress::Egress::default(),
         }
     }
 }

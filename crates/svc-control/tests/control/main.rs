@@ -471,6 +471,7 @@ fn spec(id: &SandboxId) -> SpawnSpec {
         network: None,
         labels: Default::default(),
         multi_user: false,
+        egress: svc_core::egress::Egress::default(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! the exec API, files the archive API (and small scripts for directory operations), logs the
 //! logs API.
 
+mod egress;
 mod errors;
 mod exec;
 mod files;
@@ -49,6 +50,7 @@ const CAPABILITIES: &[Capability] = &[
     Capability::Container,
     Capability::Stats,
     Capability::WarmPool,
+    Capability::Egress,
     // Kept apart from exec starts by `gate.rs`: the engine's pause can otherwise freeze an
     // exec half-started and hang every later call on the container.
     Capability::Pause,
@@ -207,10 +209,14 @@ impl DockerProvider {
         let tmpfs = config
             .read_only_rootfs
             .then(|| HashMap::from([("/tmp".to_owned(), READ_ONLY_TMP.to_owned())]));
-        let network = spec
-            .network
-            .clone()
-            .unwrap_or_else(|| config.network_mode.clone());
+        let network = if spec.egress.mode == svc_core::egress::EgressMode::None {
+            // Loopback only.
+            "none".to_owned()
+        } else {
+            spec.network
+                .clone()
+                .unwrap_or_else(|| config.network_mode.clone())
+        };
         let mut cap_add = config.added_caps.clone();
         let mut tmpfs = tmpfs;
         let mut user = self.user().map(str::to_owned);
@@ -400,6 +406,17 @@ impl DockerProvider {
                 return Ok(pulled);
             }
             return Err(engine_error("starting the container", &err));
+        }
+        if spec.egress.mode == svc_core::egress::EgressMode::Allowlist {
+            let pid = docker
+                .inspect_container(name, None)
+                .await
+                .map_err(|e| engine_error("inspecting the container", &e))?
+                .state
+                .and_then(|s| s.pid)
+                .filter(|pid| *pid > 0)
+                .ok_or_else(|| ProviderError::failed("the container has no process to firewall"))?;
+            egress::apply(pid, &spec.egress).await?;
         }
         Ok(pulled)
     }

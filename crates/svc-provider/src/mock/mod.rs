@@ -480,6 +480,7 @@ mod tests {
             network: None,
             labels: BTreeMap::from([(crate::LABEL_MANAGED.into(), "true".into())]),
             multi_user: false,
+            egress: svc_core::egress::Egress::default(),
         }
     }
 

@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../../migrations/postgres/0005_preview_key.sql"),
     ),
+    (6, include_str!("../../migrations/postgres/0006_egress.sql")),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

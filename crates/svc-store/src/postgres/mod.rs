@@ -527,7 +527,7 @@ impl Store for PgStore {
             OP,
             &format!(
                 "INSERT INTO templates ({TEMPLATE_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             ),
             &params(&row.values()),
             ("template", &row.name),
@@ -575,7 +575,7 @@ impl Store for PgStore {
             OP,
             &format!(
                 "UPDATE templates SET image = $2, memory_mb = $3, vcpus = $4, ttl_nanos = $5, \
-                 provider = $6, metadata = $7, updated_at = $8, warm_pool = $9 WHERE name = $1 \
+                 provider = $6, metadata = $7, updated_at = $8, warm_pool = $9, egress = $10 WHERE name = $1 \
                  RETURNING {TEMPLATE_COLUMNS}"
             ),
             &bound,

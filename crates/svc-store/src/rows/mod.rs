@@ -214,9 +214,9 @@ mod tests {
     fn a_stored_row_lists_its_fields_as_columns_in_order() {
         assert_eq!(
             TEMPLATE_COLUMNS,
-            "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at, warm_pool"
+            "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at, warm_pool, egress"
         );
-        assert_eq!(SANDBOX_COLUMN_COUNT, 21);
+        assert_eq!(SANDBOX_COLUMN_COUNT, 22);
         assert_eq!(
             LEASE_COLUMNS,
             "resource_id, holder_id, generation, expires_at"

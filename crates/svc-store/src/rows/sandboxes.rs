@@ -39,6 +39,7 @@ stored_row! {
         state_message: Option<String>,
         paused_at: Option<i64>,
         paused_micros: i64,
+        egress: String,
     }
 }
 
@@ -66,6 +67,7 @@ impl SandboxRow {
             state_message: sandbox.state_message.clone(),
             paused_at: sandbox.paused_at.map(micros),
             paused_micros: i64::try_from(sandbox.paused_for.as_micros()).unwrap_or(i64::MAX),
+            egress: encode_egress(&sandbox.egress)?,
         })
     }
 
@@ -109,6 +111,7 @@ impl SandboxRow {
             state_message: self.state_message,
             paused_at: self.paused_at.map(|v| timestamp(E, &key, v)).transpose()?,
             paused_for: Duration::from_micros(u64::try_from(self.paused_micros).unwrap_or(0)),
+            egress: decode_egress(E, &key, &self.egress)?,
         })
     }
 }
@@ -126,6 +129,7 @@ stored_row! {
         created_at: i64,
         updated_at: i64,
         warm_pool: i64,
+        egress: String,
     }
 }
 
@@ -143,6 +147,7 @@ impl TemplateRow {
             created_at: micros(template.created_at),
             updated_at: micros(template.updated_at),
             warm_pool: i64::from(template.warm_pool),
+            egress: encode_egress(&template.egress)?,
         })
     }
 
@@ -161,8 +166,28 @@ impl TemplateRow {
             created_at: timestamp(E, &key, self.created_at)?,
             updated_at: timestamp(E, &key, self.updated_at)?,
             warm_pool: as_u32(E, &key, self.warm_pool)?,
+            egress: decode_egress(E, &key, &self.egress)?,
             warm_ready: 0,
             name: self.name,
         })
     }
+}
+
+fn encode_egress(egress: &svc_core::egress::Egress) -> StoreResult<String> {
+    serde_json::to_string(egress).map_err(|e| StoreError::Backend {
+        operation: "encode egress",
+        source: e.into(),
+    })
+}
+
+fn decode_egress(
+    entity: &'static str,
+    key: &str,
+    text: &str,
+) -> StoreResult<svc_core::egress::Egress> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        entity,
+        key: key.to_owned(),
+        message: format!("egress: {e}"),
+    })
 }

@@ -52,6 +52,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../../migrations/sqlite/0011_preview_key.sql"),
     ),
+    (12, include_str!("../../migrations/sqlite/0012_egress.sql")),
 ];
 
 pub(super) fn latest_version() -> i64 {

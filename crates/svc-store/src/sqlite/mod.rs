@@ -570,7 +570,7 @@ impl Store for SqliteStore {
         self.connections
             .write("insert_template", move |conn| {
                 conn.execute(
-                    &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                    &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
                     row.values(),
                 )
                 .map_err(codec::conflict_or_backend("insert_template", "template", &row.name))?;
@@ -619,7 +619,7 @@ impl Store for SqliteStore {
                 conn.query_row(
                     &format!(
                         "UPDATE templates SET image = ?2, memory_mb = ?3, vcpus = ?4, ttl_nanos = ?5, \
-                         provider = ?6, metadata = ?7, updated_at = ?9, warm_pool = ?10 WHERE name = ?1 \
+                         provider = ?6, metadata = ?7, updated_at = ?9, warm_pool = ?10, egress = ?11 WHERE name = ?1 \
                          RETURNING {TEMPLATE_COLUMNS}"
                     ),
                     row.values(),

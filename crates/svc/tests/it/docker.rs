@@ -1235,3 +1235,127 @@ async fn docker_previews_reach_a_web_server_in_the_container() {
         .assert_error(502, "bad_gateway");
     finish(server, &docker).await;
 }
+
+/// A TCP server on every host address answering each connection with `reply` (a minimal HTTP
+/// response); its port.
+async fn host_http_server(reply: &'static str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer).await;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// The host as containers on the default bridge reach it.
+async fn bridge_gateway(docker: &Docker) -> String {
+    let network = docker
+        .inspect_network(
+            "bridge",
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+        .unwrap();
+    network.ipam.unwrap().config.unwrap()[0]
+        .gateway
+        .clone()
+        .unwrap()
+}
+
+fn host_firewall() -> String {
+    let output = std::process::Command::new("iptables")
+        .arg("-S")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Egress on docker (decisions §18): an allowlisted address and port is reached, anything else
+/// fails within a second; `none` leaves loopback only; the host's firewall is as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_egress_allowlist_and_none() {
+    let Some((server, docker)) = docker_server(|_| {}).await else {
+        return;
+    };
+    let before = host_firewall();
+    let gateway = bridge_gateway(&docker).await;
+    let allowed = host_http_server("allowed").await;
+    let denied = host_http_server("denied").await;
+    let id = spawn_docker(
+        &server,
+        json!({"egress": {"mode": "allowlist", "allow": [format!("{gateway}:{allowed}")]}}),
+    )
+    .await;
+    let shown = server.get(&format!("/sandboxes/{id}")).await.body;
+    assert_eq!(shown["egress"]["mode"], "allowlist");
+    assert_eq!(
+        shown["egress"]["allow"],
+        json!([format!("{gateway}:{allowed}")])
+    );
+    let fetch = |port: u16| {
+        let (server, id, gateway) = (&server, id.clone(), gateway.clone());
+        async move {
+            let started = std::time::Instant::now();
+            let reply = server
+                .post(
+                    &format!("/sandboxes/{id}/exec"),
+                    // busybox's static wget crashes on this image; nc speaks the HTTP itself.
+                    json!({"command": format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {gateway} {port}")}),
+                )
+                .await;
+            (reply.body, started.elapsed())
+        }
+    };
+    let (ok, _) = fetch(allowed).await;
+    assert_eq!(ok["exit_code"], 0, "{ok}");
+    assert!(ok["stdout"].as_str().unwrap().ends_with("allowed"), "{ok}");
+    let (refused, took) = fetch(denied).await;
+    assert_ne!(refused["exit_code"], 0, "{refused}");
+    assert!(
+        took < Duration::from_secs(1),
+        "a denied connection took {took:?}"
+    );
+    let outside = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "nc -w 3 192.0.2.1 80 </dev/null; echo $?"}),
+        )
+        .await;
+    assert_ne!(outside.body["stdout"], "0\n", "{}", outside.body);
+
+    let closed = spawn_docker(&server, json!({"egress": {"mode": "none"}})).await;
+    let interfaces = server
+        .post(
+            &format!("/sandboxes/{closed}/exec"),
+            json!({"command": "ls /sys/class/net"}),
+        )
+        .await;
+    assert_eq!(interfaces.body["stdout"], "lo\n", "{}", interfaces.body);
+    let cut = server
+        .post(
+            &format!("/sandboxes/{closed}/exec"),
+            json!({"command": format!("nc -w 2 {gateway} {allowed} </dev/null")}),
+        )
+        .await;
+    assert_ne!(cut.body["exit_code"], 0, "{}", cut.body);
+
+    for sandbox in [&id, &closed] {
+        assert_eq!(
+            server.delete(&format!("/sandboxes/{sandbox}")).await.status,
+            200
+        );
+    }
+    assert_eq!(host_firewall(), before, "the host's firewall changed");
+    finish(server, &docker).await;
+}

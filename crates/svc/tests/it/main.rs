@@ -13,6 +13,7 @@ mod cli;
 mod client;
 mod concurrency;
 mod docker;
+mod egress;
 mod events;
 mod exec;
 mod files;

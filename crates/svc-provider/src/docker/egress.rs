@@ -1,0 +1,170 @@
+//! Egress on docker (decisions §18). `none`: the container gets network mode `none` (loopback
+//! only). `allowlist`: once the container runs, a firewall ruleset is loaded into the
+//! container's own network namespace (`nsenter --net=/proc/<pid>/ns/net iptables-restore`):
+//! loopback and replies pass, listed addresses and networks (with their ports) pass, anything
+//! else is rejected at once (TCP reset, ICMP unreachable), so a denied connection fails fast
+//! instead of timing out. The rules live and die with the namespace: nothing is added to the
+//! host's firewall, so nothing can be left there after a destroy or a crash. Host-name entries
+//! are resolved on the host when the sandbox starts and their addresses allowed.
+
+use std::process::Stdio;
+
+use ipnet::IpNet;
+use svc_core::egress::{Egress, EgressRule, EgressTarget};
+use tokio::io::AsyncWriteExt;
+
+use crate::ProviderError;
+
+/// The rulesets for IPv4 and IPv6 of an allowlist whose entries come with the networks they
+/// allow ([`resolve`]).
+pub(super) fn rulesets(rules: &[(EgressRule, Vec<IpNet>)]) -> (String, String) {
+    let mut v4 = String::from(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT DROP [0:0]\n\
+         -A OUTPUT -o lo -j ACCEPT\n\
+         -A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n",
+    );
+    let mut v6 = v4.clone();
+    for (rule, nets) in rules {
+        for net in nets {
+            let table = match net {
+                IpNet::V4(_) => &mut v4,
+                IpNet::V6(_) => &mut v6,
+            };
+            match rule.port {
+                Some(port) => {
+                    for protocol in ["tcp", "udp"] {
+                        table.push_str(&format!(
+                            "-A OUTPUT -d {net} -p {protocol} --dport {port} -j ACCEPT\n"
+                        ));
+                    }
+                }
+                None => table.push_str(&format!("-A OUTPUT -d {net} -j ACCEPT\n")),
+            }
+        }
+    }
+    v4.push_str(
+        "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n\
+         -A OUTPUT -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n",
+    );
+    v6.push_str(
+        "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n\
+         -A OUTPUT -j REJECT --reject-with icmp6-port-unreachable\nCOMMIT\n",
+    );
+    (v4, v6)
+}
+
+/// Every entry with the networks it allows: its own, or a host name's addresses now.
+pub(super) async fn resolve(
+    egress: &Egress,
+) -> Result<Vec<(EgressRule, Vec<IpNet>)>, ProviderError> {
+    let rules = egress.check().map_err(|e| ProviderError::InvalidRequest {
+        message: e.to_string(),
+    })?;
+    let mut resolved = Vec::with_capacity(rules.len());
+    for rule in rules {
+        let nets = match &rule.target {
+            EgressTarget::Net(net) => vec![*net],
+            EgressTarget::Host(name) => {
+                let port = rule.port.unwrap_or(0);
+                match tokio::net::lookup_host((name.as_str(), port)).await {
+                    Ok(addresses) => addresses.map(|a| IpNet::from(a.ip())).collect(),
+                    Err(err) => {
+                        tracing::warn!(host = %name, error = %err, "an egress host name did not resolve; it allows nothing");
+                        Vec::new()
+                    }
+                }
+            }
+            // A wildcard names no addresses before a connection names its host.
+            EgressTarget::Below(_) => Vec::new(),
+        };
+        resolved.push((rule, nets));
+    }
+    Ok(resolved)
+}
+
+/// Loads `ruleset` with `program` (`iptables-restore` or `ip6tables-restore`) into the network
+/// namespace of process `pid`.
+async fn load(pid: i64, program: &str, ruleset: &str) -> Result<(), String> {
+    let mut child = tokio::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .arg(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("running nsenter {program}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(ruleset.as_bytes())
+            .await
+            .map_err(|e| format!("writing the ruleset: {e}"))?;
+    }
+    let output = child
+        .wait_with_output()
+        .await
+        .map_err(|e| format!("waiting for {program}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// Applies an allowlist to the running container whose main process is `pid`.
+pub(super) async fn apply(pid: i64, egress: &Egress) -> Result<(), ProviderError> {
+    let resolved = resolve(egress).await?;
+    let (v4, v6) = rulesets(&resolved);
+    load(pid, "iptables-restore", &v4)
+        .await
+        .map_err(|e| ProviderError::failed(format!("enforcing egress: {e}")))?;
+    let wants_v6 = resolved
+        .iter()
+        .any(|(_, nets)| nets.iter().any(|n| matches!(n, IpNet::V6(_))));
+    if let Err(err) = load(pid, "ip6tables-restore", &v6).await {
+        // A namespace without IPv6 has nothing to close; one that needs IPv6 rules must get them.
+        if wants_v6 {
+            return Err(ProviderError::failed(format!(
+                "enforcing egress (IPv6): {err}"
+            )));
+        }
+        tracing::debug!(error = %err, "no IPv6 egress rules loaded");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn rulesets_accept_the_listed_and_reject_the_rest() {
+        let rules = vec![
+            (
+                EgressRule::parse("10.0.0.0/8:5432").unwrap(),
+                vec!["10.0.0.0/8".parse().unwrap()],
+            ),
+            (
+                EgressRule::parse("192.168.1.5").unwrap(),
+                vec!["192.168.1.5/32".parse().unwrap()],
+            ),
+            (
+                EgressRule::parse("2001:db8::/32").unwrap(),
+                vec!["2001:db8::/32".parse().unwrap()],
+            ),
+        ];
+        let (v4, v6) = rulesets(&rules);
+        assert!(v4.contains("-A OUTPUT -d 10.0.0.0/8 -p tcp --dport 5432 -j ACCEPT"));
+        assert!(v4.contains("-A OUTPUT -d 10.0.0.0/8 -p udp --dport 5432 -j ACCEPT"));
+        assert!(v4.contains("-A OUTPUT -d 192.168.1.5/32 -j ACCEPT"));
+        assert!(!v4.contains("2001:db8"));
+        assert!(v6.contains("-A OUTPUT -d 2001:db8::/32 -j ACCEPT"));
+        assert!(v4.ends_with("icmp-port-unreachable\nCOMMIT\n"));
+        assert!(v6.ends_with("icmp6-port-unreachable\nCOMMIT\n"));
+        assert!(v4.starts_with("*filter\n"));
+    }
+}
