@@ -97,6 +97,9 @@ pub struct DockerProviderConfig {
     pub pids_limit: u32,
     /// User inside the container; empty = image default.
     pub user: String,
+    /// Port of the egress proxy that sandboxes with an `allowlist` reach their allowed host
+    /// names through, on their network's gateway address (decisions §18).
+    pub egress_proxy_port: u16,
 }
 
 impl Default for DockerProviderConfig {
@@ -112,6 +115,7 @@ impl Default for DockerProviderConfig {
             added_caps: Vec::new(),
             pids_limit: 256,
             user: String::new(),
+            egress_proxy_port: 7424,
         }
     }
 }

@@ -114,9 +114,23 @@ async fn load(pid: i64, program: &str, ruleset: &str) -> Result<(), String> {
     }
 }
 
-/// Applies an allowlist to the running container whose main process is `pid`.
-pub(super) async fn apply(pid: i64, egress: &Egress) -> Result<(), ProviderError> {
-    let resolved = resolve(egress).await?;
+/// Applies an allowlist to the running container whose main process is `pid`; `extra` are
+/// addresses and ports it may reach besides (the egress proxy).
+pub(super) async fn apply(
+    pid: i64,
+    egress: &Egress,
+    extra: &[(IpNet, u16)],
+) -> Result<(), ProviderError> {
+    let mut resolved = resolve(egress).await?;
+    for (net, port) in extra {
+        resolved.push((
+            EgressRule {
+                target: EgressTarget::Net(*net),
+                port: Some(*port),
+            },
+            vec![*net],
+        ));
+    }
     let (v4, v6) = rulesets(&resolved);
     load(pid, "iptables-restore", &v4)
         .await

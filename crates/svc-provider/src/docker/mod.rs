@@ -5,6 +5,7 @@
 //! logs API.
 
 mod egress;
+mod egress_proxy;
 mod errors;
 mod exec;
 mod files;
@@ -77,6 +78,7 @@ pub struct DockerProvider {
     /// Each container's address on this host, for previews; a container keeps its address
     /// while it runs.
     addresses: std::sync::Mutex<HashMap<String, std::net::IpAddr>>,
+    egress_proxy: egress_proxy::EgressProxy,
 }
 
 /// The container name of a sandbox. A claimed warm runtime is renamed to its sandbox's name,
@@ -115,6 +117,7 @@ impl DockerProvider {
         };
         let provider = DockerProvider {
             client: std::sync::RwLock::new(None),
+            egress_proxy: egress_proxy::EgressProxy::new(config.egress_proxy_port),
             config,
             endpoint,
             gates: gate::Gates::default(),
@@ -384,9 +387,77 @@ impl DockerProvider {
         }
     }
 
+    /// An allowlist's set-up before the container exists: the egress proxy listening on the
+    /// gateway of the container's network, and the container told to use it (environment)
+    /// and labelled with its egress (so a restarted svc still admits it).
+    async fn prepare_allowlist(
+        &self,
+        docker: &Docker,
+        spec: &SpawnSpec,
+    ) -> Result<(SpawnSpec, std::net::IpAddr), ProviderError> {
+        let network = spec
+            .network
+            .clone()
+            .unwrap_or_else(|| self.config.network_mode.clone());
+        if network == "host" || network == "none" {
+            return Err(ProviderError::InvalidRequest {
+                message: format!(
+                    "egress allowlist needs a network of the container's own, not {network}"
+                ),
+            });
+        }
+        let gateway = docker
+            .inspect_network(
+                &network,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+            .map_err(|e| engine_error(&format!("inspecting network {network}"), &e))?
+            .ipam
+            .and_then(|ipam| ipam.config)
+            .into_iter()
+            .flatten()
+            .filter_map(|config| config.gateway)
+            .find_map(|gateway| gateway.parse::<std::net::IpAddr>().ok())
+            .ok_or_else(|| {
+                ProviderError::failed(format!("network {network} has no gateway address"))
+            })?;
+        let lookup: egress_proxy::Lookup = {
+            let docker = docker.clone();
+            std::sync::Arc::new(move |address| {
+                let docker = docker.clone();
+                Box::pin(async move { egress_of_address(&docker, address).await })
+            })
+        };
+        self.egress_proxy.ensure_listening(gateway, lookup).await?;
+        let mut spec = spec.clone();
+        let proxy = format!("http://{gateway}:{}", self.egress_proxy.port());
+        for key in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            spec.env.insert(key.to_owned(), proxy.clone());
+        }
+        for key in ["NO_PROXY", "no_proxy"] {
+            spec.env
+                .insert(key.to_owned(), "localhost,127.0.0.1,::1".to_owned());
+        }
+        let label = serde_json::to_string(&spec.egress)
+            .map_err(|e| ProviderError::failed(e.to_string()))?;
+        spec.labels
+            .insert(egress_proxy::LABEL_EGRESS.to_owned(), label);
+        Ok((spec, gateway))
+    }
+
     async fn spawn_inner(&self, spec: &SpawnSpec, name: &str) -> Result<bool, ProviderError> {
         let docker = self.client().await?;
         let pulled = self.ensure_image(&docker, &spec.image).await?;
+        let allowlist = spec.egress.mode == svc_core::egress::EgressMode::Allowlist;
+        let prepared;
+        let (spec, gateway) = if allowlist {
+            let (prepared_spec, gateway) = self.prepare_allowlist(&docker, spec).await?;
+            prepared = prepared_spec;
+            (&prepared, Some(gateway))
+        } else {
+            (spec, None)
+        };
         let options = CreateContainerOptions {
             name: Some(name.to_owned()),
             ..Default::default()
@@ -407,16 +478,29 @@ impl DockerProvider {
             }
             return Err(engine_error("starting the container", &err));
         }
-        if spec.egress.mode == svc_core::egress::EgressMode::Allowlist {
-            let pid = docker
+        if let Some(gateway) = gateway {
+            let inspect = docker
                 .inspect_container(name, None)
                 .await
-                .map_err(|e| engine_error("inspecting the container", &e))?
+                .map_err(|e| engine_error("inspecting the container", &e))?;
+            let pid = inspect
                 .state
                 .and_then(|s| s.pid)
                 .filter(|pid| *pid > 0)
                 .ok_or_else(|| ProviderError::failed("the container has no process to firewall"))?;
-            egress::apply(pid, &spec.egress).await?;
+            let proxy = (ipnet::IpNet::from(gateway), self.egress_proxy.port());
+            egress::apply(pid, &spec.egress, &[proxy]).await?;
+            let address = inspect
+                .network_settings
+                .and_then(|n| n.networks)
+                .into_iter()
+                .flat_map(|networks| networks.into_values())
+                .filter_map(|network| network.ip_address)
+                .find_map(|ip| ip.parse().ok());
+            if let Some(address) = address {
+                self.egress_proxy
+                    .register(name, address, spec.egress.clone());
+            }
         }
         Ok(pulled)
     }
@@ -500,6 +584,7 @@ impl Provider for DockerProvider {
         let name = container_name(id);
         self.remove(&name).await?;
         self.gates.forget(&name);
+        self.egress_proxy.forget(&name);
         self.addresses
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -792,4 +877,33 @@ impl DockerProvider {
             _ => Ok(()),
         }
     }
+}
+
+/// The egress of the svc container at `address`, from its label (after a restart).
+async fn egress_of_address(
+    docker: &Docker,
+    address: std::net::IpAddr,
+) -> Option<svc_core::egress::Egress> {
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![egress_proxy::LABEL_EGRESS.to_owned()],
+    )]);
+    let options = ListContainersOptions {
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let containers = docker.list_containers(Some(options)).await.ok()?;
+    containers.into_iter().find_map(|container| {
+        let at_address = container
+            .network_settings
+            .and_then(|n| n.networks)
+            .into_iter()
+            .flat_map(|networks| networks.into_values())
+            .filter_map(|network| network.ip_address)
+            .any(|ip| ip.parse::<std::net::IpAddr>().ok() == Some(address));
+        if !at_address {
+            return None;
+        }
+        serde_json::from_str(container.labels?.get(egress_proxy::LABEL_EGRESS)?).ok()
+    })
 }

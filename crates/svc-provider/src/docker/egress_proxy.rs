@@ -1,0 +1,290 @@
+//! The egress proxy (decisions §18): how a docker sandbox with an `allowlist` reaches the host
+//! names it may, which an address firewall cannot tell apart. Its containers get
+//! `HTTP_PROXY`/`HTTPS_PROXY` (and the lowercase forms) pointing here, on their network's
+//! gateway address, and their firewall lets them reach this port. A request is admitted by the
+//! host name it names (`CONNECT host:port` for TLS, the absolute URL for plain HTTP), checked
+//! against the allowlist of the sandbox it comes from, told apart by its source address. A
+//! refusal is an immediate `403`. Sandboxes are found by address from the `dev.svc.egress`
+//! label their containers carry, so a restarted svc still knows them.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use svc_core::egress::Egress;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::ProviderError;
+
+/// Label carrying a container's egress, as JSON.
+pub(super) const LABEL_EGRESS: &str = "dev.svc.egress";
+/// The longest request head read.
+const MAX_HEAD: usize = 16 * 1024;
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Finds the egress of the container at an address the registry does not know yet.
+pub(super) type Lookup =
+    Arc<dyn Fn(IpAddr) -> futures::future::BoxFuture<'static, Option<Egress>> + Send + Sync>;
+
+/// The listeners (one per gateway address) and the sandboxes they serve.
+pub(super) struct EgressProxy {
+    port: u16,
+    sandboxes: Arc<Mutex<HashMap<IpAddr, Egress>>>,
+    /// Which address each registered container has, to forget it on removal.
+    addresses: Mutex<HashMap<String, IpAddr>>,
+    listeners: tokio::sync::Mutex<HashMap<IpAddr, JoinHandle<()>>>,
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        for (_, listener) in self.listeners.get_mut().drain() {
+            listener.abort();
+        }
+    }
+}
+
+impl EgressProxy {
+    pub(super) fn new(port: u16) -> Self {
+        EgressProxy {
+            port,
+            sandboxes: Arc::default(),
+            addresses: Mutex::default(),
+            listeners: tokio::sync::Mutex::default(),
+        }
+    }
+
+    pub(super) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Listens on `gateway` unless it already does.
+    pub(super) async fn ensure_listening(
+        &self,
+        gateway: IpAddr,
+        lookup: Lookup,
+    ) -> Result<(), ProviderError> {
+        let mut listeners = self.listeners.lock().await;
+        if listeners.get(&gateway).is_some_and(|l| !l.is_finished()) {
+            return Ok(());
+        }
+        let address = SocketAddr::new(gateway, self.port);
+        let listener = TcpListener::bind(address).await.map_err(|e| {
+            ProviderError::failed(format!(
+                "the egress proxy cannot listen on {address} (providers.docker.egress_proxy_port): {e}"
+            ))
+        })?;
+        let sandboxes = Arc::clone(&self.sandboxes);
+        listeners.insert(
+            gateway,
+            tokio::spawn(async move {
+                while let Ok((stream, peer)) = listener.accept().await {
+                    let (sandboxes, lookup) = (Arc::clone(&sandboxes), Arc::clone(&lookup));
+                    tokio::spawn(async move {
+                        let egress = known(&sandboxes, peer.ip(), &lookup).await;
+                        if let Err(err) = serve(stream, egress).await {
+                            tracing::debug!(peer = %peer, error = %err, "egress proxy connection ended");
+                        }
+                    });
+                }
+            }),
+        );
+        Ok(())
+    }
+
+    /// Container `name` at `address` may reach what `egress` allows.
+    pub(super) fn register(&self, name: &str, address: IpAddr, egress: Egress) {
+        self.addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), address);
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(address, egress);
+    }
+
+    /// Container `name` is gone (its address may be handed to another).
+    pub(super) fn forget(&self, name: &str) {
+        let address = self
+            .addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+        if let Some(address) = address {
+            self.sandboxes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&address);
+        }
+    }
+}
+
+async fn known(
+    sandboxes: &Mutex<HashMap<IpAddr, Egress>>,
+    address: IpAddr,
+    lookup: &Lookup,
+) -> Option<Egress> {
+    let cached = sandboxes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&address)
+        .cloned();
+    if cached.is_some() {
+        return cached;
+    }
+    let found = lookup(address).await?;
+    sandboxes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(address, found.clone());
+    Some(found)
+}
+
+async fn answer(stream: &mut TcpStream, status: &str, message: &str) -> std::io::Result<()> {
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{message}",
+        message.len()
+    );
+    stream.write_all(response.as_bytes()).await
+}
+
+/// The request head and whatever followed it in the same reads.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<(Vec<u8>, usize)> {
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok((buffer, end + 4));
+        }
+        if buffer.len() > MAX_HEAD {
+            return Err(std::io::Error::other("request head too long"));
+        }
+        let read = tokio::time::timeout(IO_TIMEOUT, stream.read(&mut chunk))
+            .await
+            .map_err(|_| std::io::Error::other("no request head in time"))??;
+        if read == 0 {
+            return Err(std::io::Error::other("closed before a request head"));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// `host:port` (or `[v6]:port`), with `default` when no port is named.
+fn host_port(authority: &str, default: u16) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None => default,
+        };
+        return Some((host.to_owned(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => Some((host.to_owned(), port.parse().ok()?)),
+        None => Some((authority.to_owned(), default)),
+    }
+}
+
+async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result<()> {
+    let Some(egress) = egress else {
+        return answer(
+            &mut client,
+            "403 Forbidden",
+            "not a sandbox with an egress allowlist\n",
+        )
+        .await;
+    };
+    let (head, end) = read_head(&mut client).await?;
+    let text = String::from_utf8_lossy(&head[..end]).into_owned();
+    let (request_line, rest_of_head) = text.split_once("\r\n").unwrap_or((&text, ""));
+    let mut parts = request_line.split(' ');
+    let (method, target, version) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or("HTTP/1.1"),
+    );
+    let connect = method.eq_ignore_ascii_case("CONNECT");
+    let parsed = if connect {
+        host_port(target, 443).map(|(host, port)| (host, port, String::new()))
+    } else {
+        target.strip_prefix("http://").and_then(|rest| {
+            let (authority, path) = match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, "/"),
+            };
+            host_port(authority, 80).map(|(host, port)| (host, port, path.to_owned()))
+        })
+    };
+    let Some((host, port, path)) = parsed else {
+        return answer(
+            &mut client,
+            "400 Bad Request",
+            "send CONNECT host:port or an absolute http:// URL\n",
+        )
+        .await;
+    };
+    if !egress.admits(&host, port) {
+        return answer(
+            &mut client,
+            "403 Forbidden",
+            &format!("egress to {host}:{port} is not allowed\n"),
+        )
+        .await;
+    }
+    let upstream =
+        tokio::time::timeout(IO_TIMEOUT, TcpStream::connect((host.as_str(), port))).await;
+    let mut upstream = match upstream {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(err)) => {
+            return answer(
+                &mut client,
+                "502 Bad Gateway",
+                &format!("{host}:{port}: {err}\n"),
+            )
+            .await;
+        }
+        Err(_) => {
+            return answer(
+                &mut client,
+                "504 Gateway Timeout",
+                &format!("{host}:{port} did not answer\n"),
+            )
+            .await
+        }
+    };
+    if connect {
+        client
+            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            .await?;
+    } else {
+        upstream
+            .write_all(format!("{method} {path} {version}\r\n{rest_of_head}").as_bytes())
+            .await?;
+    }
+    upstream.write_all(&head[end..]).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities_split_into_host_and_port() {
+        assert_eq!(
+            host_port("example.com:8443", 443),
+            Some(("example.com".into(), 8443))
+        );
+        assert_eq!(
+            host_port("example.com", 80),
+            Some(("example.com".into(), 80))
+        );
+        assert_eq!(host_port("[::1]:8080", 80), Some(("::1".into(), 8080)));
+        assert_eq!(host_port("[::1]", 443), Some(("::1".into(), 443)));
+        assert_eq!(host_port("x:notaport", 80), None);
+    }
+}
