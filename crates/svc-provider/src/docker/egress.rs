@@ -16,8 +16,33 @@ use tokio::io::AsyncWriteExt;
 use crate::ProviderError;
 
 /// The rulesets for IPv4 and IPv6 of an allowlist whose entries come with the networks they
-/// allow ([`resolve`]).
-pub(super) fn rulesets(rules: &[(EgressRule, Vec<IpNet>)]) -> (String, String) {
+/// allow ([`resolve`]). With `proxy`, outgoing TCP to ports 80 and 443 anywhere not allowed
+/// directly is redirected to the egress proxy, which admits it by the name it carries (the
+/// `Host` header, or TLS's SNI): the transparent mode, for clients that ignore the proxy
+/// variables.
+pub(super) fn rulesets(
+    rules: &[(EgressRule, Vec<IpNet>)],
+    proxy: Option<std::net::SocketAddr>,
+) -> (String, String) {
+    let mut nat = String::new();
+    if let Some(std::net::SocketAddr::V4(proxy)) = proxy {
+        nat.push_str(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+             :POSTROUTING ACCEPT [0:0]\n-A OUTPUT -o lo -j RETURN\n",
+        );
+        nat.push_str(&format!("-A OUTPUT -d {}/32 -j RETURN\n", proxy.ip()));
+        for net in rules.iter().flat_map(|(_, nets)| nets) {
+            if let IpNet::V4(net) = net {
+                nat.push_str(&format!("-A OUTPUT -d {net} -j RETURN\n"));
+            }
+        }
+        for port in [80, 443] {
+            nat.push_str(&format!(
+                "-A OUTPUT -p tcp --dport {port} -j DNAT --to-destination {proxy}\n"
+            ));
+        }
+        nat.push_str("COMMIT\n");
+    }
     let mut v4 = String::from(
         "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT DROP [0:0]\n\
          -A OUTPUT -o lo -j ACCEPT\n\
@@ -46,6 +71,7 @@ pub(super) fn rulesets(rules: &[(EgressRule, Vec<IpNet>)]) -> (String, String) {
         "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n\
          -A OUTPUT -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n",
     );
+    v4.push_str(&nat);
     v6.push_str(
         "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n\
          -A OUTPUT -j REJECT --reject-with icmp6-port-unreachable\nCOMMIT\n",
@@ -114,15 +140,36 @@ async fn load(pid: i64, program: &str, ruleset: &str) -> Result<(), String> {
     }
 }
 
-/// Applies an allowlist to the running container whose main process is `pid`; `extra` are
-/// addresses and ports it may reach besides (the egress proxy).
+/// The name servers the container's resolver asks (`/etc/resolv.conf` inside it).
+async fn name_servers(pid: i64) -> Vec<IpNet> {
+    let text = tokio::fs::read_to_string(format!("/proc/{pid}/root/etc/resolv.conf"))
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("nameserver"))
+        .filter_map(|address| address.trim().parse::<std::net::IpAddr>().ok())
+        .map(IpNet::from)
+        .collect()
+}
+
+/// Applies an allowlist to the running container whose main process is `pid`, reaching the
+/// egress proxy at `proxy` (also for ports 80 and 443 it is not allowed directly) and its name
+/// servers on port 53, so names resolve for the proxy's transparent mode.
 pub(super) async fn apply(
     pid: i64,
     egress: &Egress,
-    extra: &[(IpNet, u16)],
+    proxy: std::net::SocketAddr,
 ) -> Result<(), ProviderError> {
     let mut resolved = resolve(egress).await?;
-    for (net, port) in extra {
+    let extra: Vec<(IpNet, u16)> = std::iter::once((IpNet::from(proxy.ip()), proxy.port()))
+        .chain(
+            name_servers(pid)
+                .await
+                .into_iter()
+                .map(|server| (server, 53)),
+        )
+        .collect();
+    for (net, port) in &extra {
         resolved.push((
             EgressRule {
                 target: EgressTarget::Net(*net),
@@ -131,7 +178,7 @@ pub(super) async fn apply(
             vec![*net],
         ));
     }
-    let (v4, v6) = rulesets(&resolved);
+    let (v4, v6) = rulesets(&resolved, Some(proxy));
     load(pid, "iptables-restore", &v4)
         .await
         .map_err(|e| ProviderError::failed(format!("enforcing egress: {e}")))?;
@@ -171,7 +218,7 @@ mod tests {
                 vec!["2001:db8::/32".parse().unwrap()],
             ),
         ];
-        let (v4, v6) = rulesets(&rules);
+        let (v4, v6) = rulesets(&rules, None);
         assert!(v4.contains("-A OUTPUT -d 10.0.0.0/8 -p tcp --dport 5432 -j ACCEPT"));
         assert!(v4.contains("-A OUTPUT -d 10.0.0.0/8 -p udp --dport 5432 -j ACCEPT"));
         assert!(v4.contains("-A OUTPUT -d 192.168.1.5/32 -j ACCEPT"));
@@ -180,5 +227,13 @@ mod tests {
         assert!(v4.ends_with("icmp-port-unreachable\nCOMMIT\n"));
         assert!(v6.ends_with("icmp6-port-unreachable\nCOMMIT\n"));
         assert!(v4.starts_with("*filter\n"));
+        assert!(!v4.contains("*nat"));
+        let (v4, _) = rulesets(&rules, Some("172.17.0.1:7424".parse().unwrap()));
+        assert!(v4.contains("*nat\n"));
+        assert!(v4.contains("-A OUTPUT -d 10.0.0.0/8 -j RETURN"));
+        assert!(
+            v4.contains("-A OUTPUT -p tcp --dport 443 -j DNAT --to-destination 172.17.0.1:7424")
+        );
+        assert!(v4.ends_with("COMMIT\n"));
     }
 }

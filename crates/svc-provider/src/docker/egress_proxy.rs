@@ -4,7 +4,11 @@
 //! gateway address, and their firewall lets them reach this port. A request is admitted by the
 //! host name it names (`CONNECT host:port` for TLS, the absolute URL for plain HTTP), checked
 //! against the allowlist of the sandbox it comes from, told apart by its source address. A
-//! refusal is an immediate `403`. Sandboxes are found by address from the `dev.svc.egress`
+//! refusal is an immediate `403`. The same port serves the transparent mode: the container's
+//! firewall redirects its TCP to ports 80 and 443 here, and a connection that starts with a
+//! TLS handshake is admitted by the name in its SNI (then connected to that name on 443, the
+//! handshake passed on untouched), one that starts with an origin-form request by its `Host`
+//! header; a refused TLS connection is closed. Sandboxes are found by address from the `dev.svc.egress`
 //! label their containers carry, so a restarted svc still knows them.
 
 use std::collections::HashMap;
@@ -188,6 +192,97 @@ fn host_port(authority: &str, default: u16) -> Option<(String, u16)> {
     }
 }
 
+/// The server name of a TLS ClientHello record (RFC 8446 §4.1.2, RFC 6066 §3), if complete
+/// in `record`.
+fn server_name(record: &[u8]) -> Option<String> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = rest;
+        Some(head)
+    }
+    fn length(bytes: &mut &[u8], width: usize) -> Option<usize> {
+        Some(
+            take(bytes, width)?
+                .iter()
+                .fold(0usize, |n, b| (n << 8) | usize::from(*b)),
+        )
+    }
+    let mut bytes = record;
+    if take(&mut bytes, 1)? != [0x16] {
+        return None;
+    }
+    take(&mut bytes, 2)?;
+    let record_len = length(&mut bytes, 2)?;
+    let mut hello = take(&mut bytes, record_len)?;
+    if take(&mut hello, 1)? != [0x01] {
+        return None;
+    }
+    let hello_len = length(&mut hello, 3)?;
+    let mut body = take(&mut hello, hello_len)?;
+    take(&mut body, 2 + 32)?;
+    let session = length(&mut body, 1)?;
+    take(&mut body, session)?;
+    let suites = length(&mut body, 2)?;
+    take(&mut body, suites)?;
+    let compression = length(&mut body, 1)?;
+    take(&mut body, compression)?;
+    let extensions_len = length(&mut body, 2)?;
+    let mut extensions = take(&mut body, extensions_len)?;
+    while !extensions.is_empty() {
+        let kind = length(&mut extensions, 2)?;
+        let len = length(&mut extensions, 2)?;
+        let mut data = take(&mut extensions, len)?;
+        if kind != 0 {
+            continue;
+        }
+        let list_len = length(&mut data, 2)?;
+        let mut list = take(&mut data, list_len)?;
+        while !list.is_empty() {
+            let name_type = take(&mut list, 1)?[0];
+            let name_len = length(&mut list, 2)?;
+            let name = take(&mut list, name_len)?;
+            if name_type == 0 {
+                return String::from_utf8(name.to_vec()).ok();
+            }
+        }
+    }
+    None
+}
+
+/// A redirected TLS connection: admitted by its SNI, connected to that name on 443.
+async fn serve_tls(mut client: TcpStream, egress: &Egress) -> std::io::Result<()> {
+    let mut record = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    let name = loop {
+        if record.len() >= 5 {
+            let needed = 5 + ((usize::from(record[3]) << 8) | usize::from(record[4]));
+            if record.len() >= needed {
+                break server_name(&record[..needed]);
+            }
+        }
+        if record.len() > MAX_HEAD {
+            break None;
+        }
+        let read = tokio::time::timeout(IO_TIMEOUT, client.read(&mut chunk))
+            .await
+            .map_err(|_| std::io::Error::other("no TLS handshake in time"))??;
+        if read == 0 {
+            return Ok(());
+        }
+        record.extend_from_slice(&chunk[..read]);
+    };
+    let Some(name) = name.filter(|name| egress.admits(name, 443)) else {
+        // Nothing to answer in TLS's own terms; closing fails the handshake at once.
+        return Ok(());
+    };
+    let mut upstream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect((name.as_str(), 443)))
+        .await
+        .map_err(|_| std::io::Error::other("no answer in time"))??;
+    upstream.write_all(&record).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
 async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result<()> {
     let Some(egress) = egress else {
         return answer(
@@ -197,6 +292,13 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
         )
         .await;
     };
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout(IO_TIMEOUT, client.peek(&mut first))
+        .await
+        .map_err(|_| std::io::Error::other("nothing sent in time"))??;
+    if peeked == 1 && first[0] == 0x16 {
+        return serve_tls(client, &egress).await;
+    }
     let (head, end) = read_head(&mut client).await?;
     let text = String::from_utf8_lossy(&head[..end]).into_owned();
     let (request_line, rest_of_head) = text.split_once("\r\n").unwrap_or((&text, ""));
@@ -207,8 +309,21 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
         parts.next().unwrap_or("HTTP/1.1"),
     );
     let connect = method.eq_ignore_ascii_case("CONNECT");
+    // Origin form (`GET /path`): a redirected plain HTTP request, named by its Host header.
+    let transparent = target.starts_with('/');
     let parsed = if connect {
         host_port(target, 443).map(|(host, port)| (host, port, String::new()))
+    } else if transparent {
+        rest_of_head
+            .split("\r\n")
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.trim()
+                    .eq_ignore_ascii_case("host")
+                    .then(|| value.trim())
+            })
+            .and_then(|host| host_port(host, 80))
+            .map(|(host, port)| (host, port, target.to_owned()))
     } else {
         target.strip_prefix("http://").and_then(|rest| {
             let (authority, path) = match rest.find('/') {
@@ -222,7 +337,7 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
         return answer(
             &mut client,
             "400 Bad Request",
-            "send CONNECT host:port or an absolute http:// URL\n",
+            "send CONNECT host:port, an absolute http:// URL, or a Host header\n",
         )
         .await;
     };
@@ -259,6 +374,8 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
         client
             .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             .await?;
+    } else if transparent {
+        upstream.write_all(&head[..end]).await?;
     } else {
         upstream
             .write_all(format!("{method} {path} {version}\r\n{rest_of_head}").as_bytes())
@@ -286,5 +403,42 @@ mod tests {
         assert_eq!(host_port("[::1]:8080", 80), Some(("::1".into(), 8080)));
         assert_eq!(host_port("[::1]", 443), Some(("::1".into(), 443)));
         assert_eq!(host_port("x:notaport", 80), None);
+    }
+
+    /// A ClientHello as a client sends it, with extensions before and after the SNI.
+    fn client_hello(name: &str) -> Vec<u8> {
+        let be16 = |n: usize| u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes();
+        let mut sni = Vec::new();
+        sni.extend_from_slice(&be16(name.len() + 3));
+        sni.push(0);
+        sni.extend_from_slice(&be16(name.len()));
+        sni.extend_from_slice(name.as_bytes());
+        let mut extensions = vec![0x00, 0x0b, 0x00, 0x02, 0x01, 0x00];
+        extensions.extend_from_slice(&[0x00, 0x00]);
+        extensions.extend_from_slice(&be16(sni.len()));
+        extensions.extend_from_slice(&sni);
+        extensions.extend_from_slice(&[0x00, 0x17, 0x00, 0x00]);
+        let mut body = vec![0x03, 0x03];
+        body.extend_from_slice(&[7u8; 32]);
+        body.push(32);
+        body.extend_from_slice(&[9u8; 32]);
+        body.extend_from_slice(&[0x00, 0x04, 0x13, 0x01, 0x13, 0x02, 0x01, 0x00]);
+        body.extend_from_slice(&be16(extensions.len()));
+        body.extend_from_slice(&extensions);
+        let mut handshake = vec![0x01, 0x00];
+        handshake.extend_from_slice(&be16(body.len()));
+        handshake.extend_from_slice(&body);
+        let mut record = vec![0x16, 0x03, 0x01];
+        record.extend_from_slice(&be16(handshake.len()));
+        record.extend_from_slice(&handshake);
+        record
+    }
+
+    #[test]
+    fn the_server_name_is_read_from_a_client_hello() {
+        let hello = client_hello("files.pypi.org");
+        assert_eq!(server_name(&hello).as_deref(), Some("files.pypi.org"));
+        assert_eq!(server_name(&hello[..hello.len() - 10]), None, "incomplete");
+        assert_eq!(server_name(b"GET / HTTP/1.1\r\n"), None);
     }
 }

@@ -488,8 +488,8 @@ impl DockerProvider {
                 .and_then(|s| s.pid)
                 .filter(|pid| *pid > 0)
                 .ok_or_else(|| ProviderError::failed("the container has no process to firewall"))?;
-            let proxy = (ipnet::IpNet::from(gateway), self.egress_proxy.port());
-            egress::apply(pid, &spec.egress, &[proxy]).await?;
+            let proxy = std::net::SocketAddr::new(gateway, self.egress_proxy.port());
+            egress::apply(pid, &spec.egress, proxy).await?;
             let address = inspect
                 .network_settings
                 .and_then(|n| n.networks)

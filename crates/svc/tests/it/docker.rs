@@ -1285,24 +1285,84 @@ fn host_firewall() -> String {
 /// fails within a second; `none` leaves loopback only; the host's firewall is as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_egress_allowlist_and_none() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+    let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let Some((server, docker)) =
+        docker_server(|c| c.providers.docker.egress_proxy_port = proxy_port).await
+    else {
         return;
     };
     let before = host_firewall();
     let gateway = bridge_gateway(&docker).await;
     let allowed = host_http_server("allowed").await;
     let denied = host_http_server("denied").await;
+    let named = host_http_server("named").await;
+    let allow = json!([format!("{gateway}:{allowed}"), format!("localhost:{named}")]);
     let id = spawn_docker(
         &server,
-        json!({"egress": {"mode": "allowlist", "allow": [format!("{gateway}:{allowed}")]}}),
+        json!({"egress": {"mode": "allowlist", "allow": allow}}),
     )
     .await;
     let shown = server.get(&format!("/sandboxes/{id}")).await.body;
     assert_eq!(shown["egress"]["mode"], "allowlist");
+    assert_eq!(shown["egress"]["allow"], allow);
+    // Host names go through the egress proxy, which the sandbox is told about.
+    let env = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo $HTTP_PROXY"}),
+        )
+        .await;
     assert_eq!(
-        shown["egress"]["allow"],
-        json!([format!("{gateway}:{allowed}")])
+        env.body["stdout"],
+        format!("http://{gateway}:{proxy_port}\n")
     );
+    // `request` sent with nc to `address port` inside the sandbox: its output, and how long.
+    let send = |request: String, address: String, port: u16| {
+        let (server, id) = (&server, id.clone());
+        async move {
+            let started = std::time::Instant::now();
+            let command = format!("printf '{request}' | nc -w 5 {address} {port}");
+            let reply = server
+                .post(
+                    &format!("/sandboxes/{id}/exec"),
+                    json!({"command": command}),
+                )
+                .await;
+            let stdout = reply.body["stdout"].as_str().unwrap_or("").to_owned();
+            (stdout, started.elapsed())
+        }
+    };
+    let via_proxy = |url: String| {
+        send(
+            format!("GET {url} HTTP/1.0\\r\\n\\r\\n"),
+            gateway.clone(),
+            proxy_port,
+        )
+    };
+    let (by_name, _) = via_proxy(format!("http://localhost:{named}/")).await;
+    assert!(by_name.ends_with("named"), "{by_name}");
+    let (other_port, _) = via_proxy(format!("http://localhost:{denied}/")).await;
+    assert!(other_port.starts_with("HTTP/1.1 403"), "{other_port}");
+    let (other_name, took) = via_proxy(format!("http://denied.invalid:{named}/")).await;
+    assert!(other_name.starts_with("HTTP/1.1 403"), "{other_name}");
+    assert!(took < Duration::from_secs(1), "a denied name took {took:?}");
+    // The transparent mode: plain HTTP to port 80 anywhere reaches the proxy, which admits it
+    // by its Host header (clients that ignore the proxy variables).
+    let transparent = |host: String| {
+        send(
+            format!("GET / HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n"),
+            "192.0.2.1".to_owned(),
+            80,
+        )
+    };
+    let (by_host, _) = transparent(format!("localhost:{named}")).await;
+    assert!(by_host.ends_with("named"), "{by_host}");
+    let (refused_host, _) = transparent(format!("denied.invalid:{named}")).await;
+    assert!(refused_host.starts_with("HTTP/1.1 403"), "{refused_host}");
     let fetch = |port: u16| {
         let (server, id, gateway) = (&server, id.clone(), gateway.clone());
         async move {
@@ -1329,7 +1389,7 @@ async fn docker_egress_allowlist_and_none() {
     let outside = server
         .post(
             &format!("/sandboxes/{id}/exec"),
-            json!({"command": "nc -w 3 192.0.2.1 80 </dev/null; echo $?"}),
+            json!({"command": "nc -w 3 192.0.2.1 25 </dev/null; echo $?"}),
         )
         .await;
     assert_ne!(outside.body["stdout"], "0\n", "{}", outside.body);
