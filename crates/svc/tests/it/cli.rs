@@ -900,3 +900,61 @@ fn the_client_manages_templates_and_quotas_and_follows_events() {
     assert_eq!(client(&["template", "rm", "py"]), "py\n");
     stop(server);
 }
+
+/// `svc sandbox create --egress/--allow` and `svc sandbox preview` against a served binary.
+#[test]
+fn the_client_asks_for_egress_and_preview_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = serve_in(dir.path(), port).spawn().unwrap();
+    wait_until_serving(port);
+    let url = format!("http://127.0.0.1:{port}");
+    let run = |args: &[&str]| svc().env("SVC_URL", &url).args(args).output().unwrap();
+    // The mock provider cannot enforce egress: the server's refusal, as the client prints it.
+    let refused = run(&[
+        "sandbox",
+        "create",
+        "--provider",
+        "mock",
+        "--allow",
+        "10.0.0.1:80",
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("bad_request") && stderr.contains("egress"),
+        "{stderr}"
+    );
+    let created = run(&[
+        "sandbox",
+        "create",
+        "--provider",
+        "mock",
+        "--egress",
+        "all",
+        "--json",
+    ]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let sandbox: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+    assert_eq!(sandbox["egress"]["mode"], "all");
+    let id = sandbox["id"].as_str().unwrap();
+    let preview = run(&["sandbox", "preview", id, "8080", "--ttl", "5m"]);
+    assert!(
+        preview.status.success(),
+        "{}",
+        String::from_utf8_lossy(&preview.stderr)
+    );
+    let text = String::from_utf8(preview.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "http://8080-{id}.localhost:{port}/?svc_preview_token="
+        )),
+        "{text}"
+    );
+    assert!(text.contains("\nexpires "), "{text}");
+    stop(server);
+}

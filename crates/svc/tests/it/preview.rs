@@ -16,14 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::harness::{wait_for, TestServer};
 
-/// A free port on the loopback (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::cli::free_port;
 
 /// An echo server on `port`: any request answers JSON with its method, path and query,
 /// headers and body length; `/ws` echoes WebSocket messages; `/missing` is a plain-text 404.

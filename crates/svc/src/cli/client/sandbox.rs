@@ -39,6 +39,14 @@ pub(crate) enum SandboxCommand {
         /// Metadata `KEY=VALUE` (repeatable).
         #[arg(long = "metadata", value_name = "KEY=VALUE")]
         metadata: Vec<String>,
+        /// Egress mode: `all`, `none` or `allowlist` (default: `allowlist` with `--allow`,
+        /// else the server's).
+        #[arg(long)]
+        egress: Option<String>,
+        /// An allowed destination (`host`, `*.domain`, IP or CIDR, optional `:port`;
+        /// repeatable).
+        #[arg(long = "allow", value_name = "DESTINATION")]
+        allow: Vec<String>,
     },
     /// Lists sandboxes.
     #[command(alias = "list")]
@@ -80,6 +88,16 @@ pub(crate) enum SandboxCommand {
         /// Sandbox ID.
         id: String,
     },
+    /// Issues a preview token for a port inside the sandbox; prints its URL and token.
+    Preview {
+        /// Sandbox ID.
+        id: String,
+        /// The port.
+        port: u16,
+        /// How long the token works (`15m`).
+        #[arg(long, default_value = "15m")]
+        ttl: String,
+    },
 }
 
 /// The table of sandboxes.
@@ -117,8 +135,14 @@ pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, C
             network,
             env,
             metadata,
+            egress,
+            allow,
         } => {
             let mut body = Map::new();
+            if egress.is_some() || !allow.is_empty() {
+                let mode = egress.unwrap_or_else(|| "allowlist".to_owned());
+                body.insert("egress".to_owned(), json!({ "mode": mode, "allow": allow }));
+            }
             let mut set = |key: &str, value: Option<Value>| {
                 if let Some(value) = value {
                     body.insert(key.to_owned(), value);
@@ -191,6 +215,21 @@ pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, C
         }
         SandboxCommand::Pause { id } => transition(&api, &id, "pause").await?,
         SandboxCommand::Resume { id } => transition(&api, &id, "resume").await?,
+        SandboxCommand::Preview { id, port, ttl } => {
+            let grant = api
+                .call(
+                    api.request(Method::POST, &format!("/sandboxes/{id}/preview-tokens"))
+                        .json(&json!({ "port": port, "ttl": ttl })),
+                )
+                .await?;
+            if api.json() {
+                print_json(&grant);
+            } else {
+                let field = |key: &str| grant[key].as_str().unwrap_or_default().to_owned();
+                println!("{}?svc_preview_token={}", field("url"), field("token"));
+                println!("expires {}", field("expires_at"));
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
