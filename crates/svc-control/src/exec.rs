@@ -578,26 +578,31 @@ impl ControlPlane {
         ))
     }
 
+    /// The provider of a sandbox, enabled on this server.
+    pub(crate) fn enabled_provider(&self, name: &str) -> Result<Arc<dyn Provider>, Error> {
+        self.providers()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::ProviderUnavailable {
+                provider: name.to_owned(),
+                message: "provider is not enabled on this server".to_owned(),
+            })
+    }
+
     /// The provider of a sandbox, checked for a capability.
     pub(crate) fn capable_provider(
         &self,
         name: &str,
         capability: Capability,
     ) -> Result<Arc<dyn Provider>, Error> {
-        let provider = self
-            .providers()
-            .get(name)
-            .ok_or_else(|| Error::ProviderUnavailable {
-                provider: name.to_owned(),
-                message: "provider is not enabled on this server".to_owned(),
-            })?;
+        let provider = self.enabled_provider(name)?;
         if !provider.capabilities().contains(&capability) {
             return Err(Error::Unsupported {
                 provider: name.to_owned(),
                 operation: capability.as_str().to_owned(),
             });
         }
-        Ok(Arc::clone(provider))
+        Ok(provider)
     }
 }
 

@@ -11,7 +11,6 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use svc_core::access::Action;
 use svc_core::clock::add_duration;
-use svc_core::error::Resource;
 use svc_core::{Error, GoDuration, SandboxId, Timestamp};
 use svc_provider::PortStream;
 
@@ -162,28 +161,12 @@ impl ControlPlane {
                 self.running_sandbox(principal, id).await?
             }
             PreviewAccess::Token(token) => {
+                // The token names the sandbox: whoever holds it may reach it, in any tenant.
                 self.verify_preview_token(token, id, port).await?;
-                let parsed =
-                    SandboxId::parse(id).map_err(|_| Error::not_found(Resource::Sandbox, id))?;
-                let sandbox = self
-                    .store()
-                    .get_sandbox(&parsed)
-                    .await?
-                    .ok_or_else(|| Error::not_found(Resource::Sandbox, id))?;
-                if sandbox.state != svc_core::sandbox::SandboxState::Running {
-                    return Err(sandbox.not_running_error());
-                }
-                sandbox
+                self.running_sandbox(&Principal::system(), id).await?
             }
         };
-        let provider = self
-            .providers()
-            .get(&sandbox.provider)
-            .cloned()
-            .ok_or_else(|| Error::ProviderUnavailable {
-                provider: sandbox.provider.clone(),
-                message: "provider is not enabled on this server".to_owned(),
-            })?;
+        let provider = self.enabled_provider(&sandbox.provider)?;
         provider
             .connect(&sandbox.id, port)
             .await

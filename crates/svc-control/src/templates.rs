@@ -77,7 +77,7 @@ impl ControlPlane {
         let template = self.build_template(name, spec, self.clock().now())?;
         // A taken name comes back from the store as a conflict (409).
         self.store().insert_template(&template).await?;
-        self.inner.warm.wake();
+        self.inner.warm.templates_changed();
         Ok(template)
     }
 
@@ -154,7 +154,7 @@ impl ControlPlane {
             .update_template(&template)
             .await?
             .ok_or_else(|| Error::not_found(Resource::Template, name))?;
-        self.inner.warm.wake();
+        self.inner.warm.templates_changed();
         Ok(self.with_warm_ready(updated))
     }
 
@@ -162,7 +162,7 @@ impl ControlPlane {
     pub async fn delete_template(&self, principal: &Principal, name: &str) -> Result<(), Error> {
         self.authorize(principal, Action::WriteTemplates)?;
         if self.store().delete_template(name).await? {
-            self.inner.warm.wake();
+            self.inner.warm.templates_changed();
             Ok(())
         } else {
             Err(Error::not_found(Resource::Template, name))

@@ -48,16 +48,24 @@ pub(crate) async fn run(plane: ControlPlane, cancel: CancellationToken) {
         .max(Duration::from_millis(100));
     let fills = Arc::new(Semaphore::new(FILL_CONCURRENCY));
     let mut adopted = false;
+    let mut synced = false;
     let mut next_check = tokio::time::Instant::now() + interval;
     loop {
-        match plane.sync_warm_pools().await {
-            Ok(()) if !adopted => {
-                adopted = plane.adopt_warm_runtimes().await;
+        let due = tokio::time::Instant::now() >= next_check;
+        // The templates are read at start, on every check and after a change here; a claim or
+        // a finished start only needs the pools looked at.
+        if !synced || due || plane.inner.warm.take_templates_changed() {
+            match plane.sync_warm_pools().await {
+                Ok(()) => synced = true,
+                Err(err) => {
+                    tracing::warn!(error = %err, "warm pools: reading the templates failed");
+                }
             }
-            Ok(()) => {}
-            Err(err) => tracing::warn!(error = %err, "warm pools: reading the templates failed"),
         }
-        if tokio::time::Instant::now() >= next_check {
+        if synced && !adopted {
+            adopted = plane.adopt_warm_runtimes().await;
+        }
+        if due {
             plane.check_warm_runtimes().await;
             next_check = tokio::time::Instant::now() + interval;
         }

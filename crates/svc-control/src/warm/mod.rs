@@ -92,11 +92,26 @@ pub(crate) struct WarmPools {
     pools: Mutex<Pools>,
     /// Wakes the filler: a claim, a template change.
     wake: Notify,
+    /// A template changed here: the filler rereads the templates when it wakes (a claim or a
+    /// finished start only needs the pools looked at).
+    templates_changed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
 struct Pools {
     by_template: BTreeMap<String, Pool>,
+}
+
+impl Pools {
+    /// Each pool's share of `cap`, in template-name order.
+    fn shares(&self, cap: usize) -> Vec<usize> {
+        let targets: Vec<usize> = self
+            .by_template
+            .values()
+            .map(|pool| pool.target as usize)
+            .collect();
+        round_robin_shares(&targets, cap)
+    }
 }
 
 /// How many runtimes each pool gets of `cap` when they are filled one per pool per round.
@@ -125,6 +140,19 @@ impl WarmPools {
     /// Asks the filler to look at the pools now.
     pub(crate) fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// A template changed on this server: the filler rereads the templates now.
+    pub(crate) fn templates_changed(&self) {
+        self.templates_changed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.wake();
+    }
+
+    /// Whether a template changed since the last call.
+    pub(crate) fn take_templates_changed(&self) -> bool {
+        self.templates_changed
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Takes a ready runtime for a spawn of `spec`: from `template`'s pool when the spawn
@@ -239,12 +267,7 @@ impl WarmPools {
         now: Instant,
     ) -> (Vec<(String, WarmSpec)>, Vec<Discarded>) {
         let mut pools = self.lock();
-        let targets: Vec<usize> = pools
-            .by_template
-            .values()
-            .map(|pool| pool.target as usize)
-            .collect();
-        let shares = round_robin_shares(&targets, cap);
+        let shares = pools.shares(cap);
         let (mut starts, mut discarded) = (Vec::new(), Vec::new());
         for ((name, pool), share) in pools.by_template.iter_mut().zip(shares) {
             while pool.held() > share && !pool.ready.is_empty() {
@@ -296,12 +319,7 @@ impl WarmPools {
         cap: usize,
     ) -> bool {
         let mut pools = self.lock();
-        let targets: Vec<usize> = pools
-            .by_template
-            .values()
-            .map(|pool| pool.target as usize)
-            .collect();
-        let shares = round_robin_shares(&targets, cap);
+        let shares = pools.shares(cap);
         let Some((pool, share)) = pools
             .by_template
             .iter_mut()
