@@ -147,3 +147,68 @@ def test_admission(client: SvcClient, spawn_args: dict[str, Any]) -> None:
     decision = client.admission(owner_id="admission-owner", **spawn_args)
     assert decision.allowed and decision.reason is None
     assert decision.max_ttl
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_preview_of_a_web_server_in_the_sandbox(server: Server, sandbox: Sandbox, provider: str) -> None:
+    import httpx
+
+    # The mock's commands share the host's network, so its port must be free here.
+    port = 8080 if provider == "docker" else _free_port()
+    sandbox.files.write_text("/www/index.html", "hello from the sandbox\n")
+    web = sandbox.commands.run(f"busybox httpd -f -p {port} -h .", cwd="/www", background=True)
+    try:
+        preview = sandbox.preview(port, ttl="2m")
+        host = sandbox.get_host(port)
+        assert host == f"{port}-{sandbox.id}.localhost"  # the server's default preview domain
+        assert preview.url.startswith(f"http://{host}")
+        assert preview.token and preview.expires_at
+        assert preview.url_with_token.endswith("svc_preview_token=" + preview.token)
+
+        by_path = f"{server.url}/api/v1/sandboxes/{sandbox.id}/proxy/{port}/index.html"
+        deadline = time.monotonic() + 20
+        while True:  # httpd binds a moment after the command starts
+            r = httpx.get(by_path, params={"svc_preview_token": preview.token})
+            if r.status_code != 502 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert r.status_code == 200, r.text
+        assert r.text == "hello from the sandbox\n"
+
+        by_host = httpx.get(server.url + "/index.html", headers={"Host": host})
+        assert by_host.status_code == 200 and by_host.text == "hello from the sandbox\n"
+    finally:
+        web.kill()
+    with pytest.raises(NotFoundError):
+        Sandbox.connect("sb-0000000000000000").preview(port)
+
+
+def test_egress_is_asked_for_and_shown(client: SvcClient, provider: str, spawn_args: dict[str, Any]) -> None:
+    from svc_sdk import BadRequestError
+
+    allow = ["127.0.0.1:9", "*.example.internal"]
+    if provider == "mock":  # the mock does not enforce egress: refused, naming the field
+        with pytest.raises(BadRequestError, match="egress"):
+            Sandbox.create(client=client, egress=allow, **spawn_args)
+        with Sandbox.create(client=client, **spawn_args) as sb:
+            assert sb.info.egress == {"mode": "all", "allow": []}
+        return
+    with Sandbox.create(client=client, egress=allow, ttl="5m", **spawn_args) as sb:
+        assert sb.info.egress == {"mode": "allowlist", "allow": allow}
+        assert Sandbox.get(sb.id, client=client).egress == sb.info.egress
+    with Sandbox.create(client=client, egress="none", ttl="5m", **spawn_args) as sb:
+        assert sb.info.egress == {"mode": "none", "allow": []}
+    tpl = client.templates.create(f"egress-{provider}-{_free_port()}", egress=allow, **{
+        k: v for k, v in spawn_args.items() if k in ("image", "provider")
+    })
+    try:
+        assert tpl.egress == {"mode": "allowlist", "allow": allow}
+    finally:
+        client.templates.delete(tpl.name)

@@ -2,6 +2,7 @@
 // the OpenAPI document, typed errors, NDJSON reading.
 import { ProtocolError, SvcConnectionError, errorFromResponse } from "./errors.js";
 import { routes, type Operation, type RouteName } from "./routes.js";
+import type { Egress } from "./types.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:7423";
 
@@ -205,4 +206,16 @@ export function toDuration(value: string | number): string {
   if (typeof value === "string") return value;
   if (!Number.isFinite(value) || value < 0) throw new RangeError(`invalid duration: ${value} seconds`);
   return Number.isInteger(value) ? `${value}s` : `${Math.round(value * 1000)}ms`;
+}
+
+/**
+ * `egress` as the SDK takes it: the server's object, a bare mode (`"none"`), or a list of allowed
+ * destinations (`["pypi.org:443", "*.github.com", "10.0.0.0/8"]`, an allowlist).
+ */
+export type EgressInput = Egress | NonNullable<Egress["mode"]> | string[];
+
+export function toEgress(value: EgressInput): Egress {
+  if (typeof value === "string") return { mode: value };
+  if (Array.isArray(value)) return { mode: "allowlist", allow: [...value] };
+  return value;
 }

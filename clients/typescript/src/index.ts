@@ -1,4 +1,4 @@
-export { SvcClient, DEFAULT_URL, toDuration, type ConnectionOptions, type RawBody } from "./client.js";
+export { SvcClient, DEFAULT_URL, toDuration, toEgress, type ConnectionOptions, type EgressInput, type RawBody } from "./client.js";
 export * from "./errors.js";
 export { Sandbox, type SandboxCreateOptions, type SandboxListOptions } from "./sandbox.js";
 export {

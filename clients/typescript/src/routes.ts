@@ -30,6 +30,7 @@ export const routes = {
   sandboxResume: { method: "POST", path: "/api/v1/sandboxes/{id}/resume" },
   sandboxLogs: { method: "GET", path: "/api/v1/sandboxes/{id}/logs" },
   sandboxStats: { method: "GET", path: "/api/v1/sandboxes/{id}/stats" },
+  previewTokenCreate: { method: "POST", path: "/api/v1/sandboxes/{id}/preview-tokens" },
 
   exec: { method: "POST", path: "/api/v1/sandboxes/{id}/exec" },
   execWs: { method: "GET", path: "/api/v1/sandboxes/{id}/exec/ws" },

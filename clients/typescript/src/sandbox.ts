@@ -1,18 +1,20 @@
 // The Sandbox class: create / connect / get / list / destroy / extend, plus its commands, files
 // and PTY sessions. `await using sandbox = await Sandbox.create(...)` destroys it at scope end;
 // `Sandbox.with(options, fn)` does the same for a callback.
-import { SvcClient, toDuration, type ConnectionOptions } from "./client.js";
+import { SvcClient, toDuration, toEgress, type ConnectionOptions, type EgressInput } from "./client.js";
 import { Commands } from "./commands.js";
 import { NotFoundError } from "./errors.js";
 import { Files } from "./files.js";
 import { Pty } from "./pty.js";
 import { EventStream, type EventsOptions } from "./events.js";
-import type { Admission, SandboxInfo, SandboxState, SandboxStats, SpawnRequest, StatusBody } from "./types.js";
+import type { Admission, PreviewToken, SandboxInfo, SandboxState, SandboxStats, SpawnRequest, StatusBody } from "./types.js";
 
 /** Spawn fields (the server's `SpawnRequest`; `ttl` may also be seconds) plus connection options. */
-export interface SandboxCreateOptions extends Omit<SpawnRequest, "ttl">, ConnectionOptions {
+export interface SandboxCreateOptions extends Omit<SpawnRequest, "ttl" | "egress">, ConnectionOptions {
   /** Time to live: a duration string (`30m`) or seconds. */
   ttl?: string | number;
+  /** What the sandbox may connect to: `"none"`, a list of allowed destinations, or `{mode, allow}`. */
+  egress?: EgressInput;
 }
 
 export interface SandboxListOptions extends ConnectionOptions {
@@ -28,7 +30,9 @@ function spawnBody(options: SandboxCreateOptions): SpawnRequest {
   const body: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(options)) {
     if (value === undefined || (CONNECTION_KEYS as readonly string[]).includes(key)) continue;
-    body[key] = key === "ttl" ? toDuration(value as string | number) : value;
+    if (key === "ttl") body[key] = toDuration(value as string | number);
+    else if (key === "egress") body[key] = toEgress(value as EgressInput);
+    else body[key] = value;
   }
   return body as SpawnRequest;
 }
@@ -106,6 +110,16 @@ export class Sandbox {
     return SvcClient.from(options).json("sandboxResume", { params: { id } });
   }
 
+  /**
+   * A link to `port` inside a sandbox (`POST /sandboxes/{id}/preview-tokens`): `url` plus a `token`
+   * that opens only this sandbox and port until `expires_at` (as `?svc_preview_token=`).
+   */
+  static async preview(id: string, port: number, options: { ttl?: string | number } & ConnectionOptions = {}): Promise<PreviewToken> {
+    const body: { port: number; ttl?: string } = { port };
+    if (options.ttl !== undefined) body.ttl = toDuration(options.ttl);
+    return SvcClient.from(options).json("previewTokenCreate", { params: { id }, body });
+  }
+
   /** Destroys every expired sandbox the caller sees; answers how many. */
   static async prune(options: ConnectionOptions = {}): Promise<number> {
     return (await SvcClient.from(options).json("sandboxPrune")).pruned;
@@ -168,6 +182,22 @@ export class Sandbox {
   /** Destroys the sandbox (idempotent). */
   async destroy(): Promise<StatusBody> {
     return Sandbox.destroy(this.id, { client: this.client });
+  }
+
+  /** A link and token for `port` inside this sandbox (a web server it runs, say). */
+  async preview(port: number, options: { ttl?: string | number } = {}): Promise<PreviewToken> {
+    return Sandbox.preview(this.id, port, { ...options, client: this.client });
+  }
+
+  /**
+   * `<port>-<id>.<preview_domain>`: the host name svc proxies to `port` (needs wildcard DNS for the
+   * preview domain; without it, use the `/proxy/{port}/` path form).
+   */
+  getHost(port: number): string {
+    // the record's preview_domain is `<id>.<server's preview domain>`
+    const prefix = `${this.id}.`;
+    const domain = this.info.preview_domain.startsWith(prefix) ? this.info.preview_domain.slice(prefix.length) : this.info.preview_domain;
+    return `${port}-${this.id}.${domain}`;
   }
 
   /** Console/log lines, most recent `lines` (default 100), in order. */

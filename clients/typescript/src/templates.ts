@@ -1,11 +1,13 @@
 // Templates (`/templates`).
-import { SvcClient, toDuration, type ConnectionOptions } from "./client.js";
+import { SvcClient, toDuration, toEgress, type ConnectionOptions, type EgressInput } from "./client.js";
 import { Sandbox } from "./sandbox.js";
 import type { StatusBody, Template, TemplateSpawnRequest, TemplateSpec } from "./types.js";
 
 /** Template fields (the server's `TemplateSpec`; `ttl` may also be seconds). */
-export interface TemplateInput extends Omit<TemplateSpec, "ttl" | "name"> {
+export interface TemplateInput extends Omit<TemplateSpec, "ttl" | "name" | "egress"> {
   ttl?: string | number;
+  /** What its sandboxes may connect to (see {@link EgressInput}). */
+  egress?: EgressInput;
 }
 
 function specBody(input: TemplateInput, name?: string): TemplateSpec {
@@ -17,6 +19,7 @@ function specBody(input: TemplateInput, name?: string): TemplateSpec {
   if (input.vcpus !== undefined) body.vcpus = input.vcpus;
   if (input.metadata !== undefined) body.metadata = input.metadata;
   if (input.warm_pool !== undefined) body.warm_pool = input.warm_pool;
+  if (input.egress !== undefined) body.egress = toEgress(input.egress);
   if (input.ttl !== undefined && input.ttl !== null) body.ttl = toDuration(input.ttl);
   return body;
 }

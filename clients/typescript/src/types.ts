@@ -12,6 +12,9 @@ export type ExtendRequest = Schemas["ExtendRequest"];
 export type PruneBody = Schemas["PruneBody"];
 export type SandboxStats = Schemas["SandboxStats"];
 export type StatusBody = Schemas["StatusBody"];
+export type Egress = Schemas["Egress"];
+export type PreviewToken = Schemas["PreviewToken"];
+export type PreviewTokenRequest = Schemas["PreviewTokenRequest"];
 export type ErrorBody = Schemas["ErrorBody"];
 
 export type ExecRequest = Schemas["ExecRequest"];

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
-import { BadRequestError, ConflictError, NotFoundError, ResourceLimitError, Sandbox, SvcClient } from "svc-sdk";
-import { eachProvider, spawnOptions, suiteServer } from "./helpers.js";
+import http from "node:http";
+import { BadRequestError, ConflictError, NotFoundError, ResourceLimitError, Sandbox, SvcClient, Templates } from "svc-sdk";
+import { eachProvider, freePort, spawnOptions, suiteServer, waitFor } from "./helpers.js";
 
 const server = await suiteServer();
 
@@ -138,5 +139,61 @@ eachProvider(server, "sandbox", (provider) => {
     // A client pointed elsewhere explicitly wins over SVC_URL.
     const client = new SvcClient({ url: `${server.url}/api/v1/` });
     assert.equal((await Sandbox.list({ client, provider })).every((s) => s.provider === provider), true);
+  });
+
+  it("previews a web server in the sandbox by path and by host name", async () => {
+    await Sandbox.with(spawnOptions(provider), async (sandbox) => {
+      // The mock's commands share the host's network, so its port must be free here.
+      const port = provider === "docker" ? 8080 : await freePort();
+      await sandbox.files.write("/www/index.html", "hello from the sandbox\n");
+      const web = await sandbox.commands.run(`busybox httpd -f -p ${port} -h .`, { workdir: "/www", background: true });
+      try {
+        const preview = await sandbox.preview(port, { ttl: "2m" });
+        const host = sandbox.getHost(port);
+        assert.equal(host, `${port}-${sandbox.id}.localhost`);
+        assert.ok(preview.url.startsWith(`http://${host}`), preview.url);
+        assert.ok(Date.parse(preview.expires_at) > Date.now() + 60_000);
+        const byPath = `${server.url}/api/v1/sandboxes/${sandbox.id}/proxy/${port}/index.html?svc_preview_token=${encodeURIComponent(preview.token)}`;
+        const body = await waitFor("the preview to answer", async () => {
+          const response = await fetch(byPath);
+          return response.status === 502 ? undefined : [response.status, await response.text()];
+        }, 20_000);
+        assert.deepEqual(body, [200, "hello from the sandbox\n"]);
+        const byHost = await new Promise<string>((resolve, reject) => {
+          const url = new URL(server.url);
+          http.get({ host: url.hostname, port: url.port, path: "/index.html", headers: { host } }, (response) => {
+            let text = "";
+            response.setEncoding("utf8").on("data", (chunk: string) => (text += chunk)).on("end", () => resolve(`${response.statusCode} ${text}`));
+          }).on("error", reject);
+        });
+        assert.equal(byHost, "200 hello from the sandbox\n");
+      } finally {
+        await web.kill();
+      }
+    });
+    await assert.rejects(Sandbox.preview("sb-0000000000000000", 8080), NotFoundError);
+  });
+
+  it("asks for egress and shows it on the sandbox and template", async () => {
+    const allow = ["127.0.0.1:9", "*.example.internal"];
+    if (provider === "mock") {
+      // The mock does not enforce egress: refused, naming the field.
+      await assert.rejects(Sandbox.create(spawnOptions(provider, { egress: allow })), (err: unknown) => err instanceof BadRequestError && /egress/.test(err.message));
+      await Sandbox.with(spawnOptions(provider), (sandbox) => assert.deepEqual(sandbox.info.egress, { mode: "all", allow: [] }));
+      return;
+    }
+    await Sandbox.with(spawnOptions(provider, { egress: allow }), async (sandbox) => {
+      assert.deepEqual(sandbox.info.egress, { mode: "allowlist", allow });
+      assert.deepEqual((await Sandbox.get(sandbox.id)).egress, { mode: "allowlist", allow });
+    });
+    await Sandbox.with(spawnOptions(provider, { egress: "none" }), (sandbox) => assert.deepEqual(sandbox.info.egress, { mode: "none", allow: [] }));
+    const templates = new Templates();
+    const name = `egress-ts-${Date.now()}`;
+    const template = await templates.create(name, { image: spawnOptions(provider).image, provider, egress: { mode: "allowlist", allow } });
+    try {
+      assert.deepEqual(template.egress, { mode: "allowlist", allow });
+    } finally {
+      await templates.delete(name);
+    }
   });
 });

@@ -45,6 +45,7 @@ ROUTES: dict[str, Route] = {
     "sandbox_resume": Route("POST", "/sandboxes/{id}/resume"),
     "sandbox_logs": Route("GET", "/sandboxes/{id}/logs", query=("lines",)),
     "sandbox_stats": Route("GET", "/sandboxes/{id}/stats"),
+    "preview_token_create": Route("POST", "/sandboxes/{id}/preview-tokens", body="PreviewTokenRequest"),
     # exec
     "exec": Route("POST", "/sandboxes/{id}/exec", body="ExecRequest"),
     "exec_ws": Route("GET", "/sandboxes/{id}/exec/ws"),

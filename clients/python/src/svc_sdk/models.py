@@ -30,6 +30,8 @@ __all__ = [
     "HealthInfo",
     "AdmissionDecision",
     "SandboxStats",
+    "PreviewInfo",
+    "Egress",
     "SpawnRequest",
     "ExecRequest",
     "ExtendRequest",
@@ -40,6 +42,7 @@ __all__ = [
     "TemplateSpec",
     "TemplateSpawnRequest",
     "QuotaRequest",
+    "PreviewTokenRequest",
     "MODEL_SCHEMAS",
     "REQUEST_SCHEMAS",
 ]
@@ -80,6 +83,8 @@ class SandboxInfo:
     state_message: str | None = None
     destroyed_at: str | None = None
     paused_at: str | None = None
+    #: what the sandbox may connect to: ``{"mode": "all"|"none"|"allowlist", "allow": [...]}``
+    egress: Egress | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> SandboxInfo:
@@ -199,6 +204,7 @@ class TemplateInfo:
     updated_at: str
     warm_pool: int = 0
     warm_ready: int = 0
+    egress: Egress | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> TemplateInfo:
@@ -332,8 +338,38 @@ class SandboxStats:
         return _build(cls, data)
 
 
+@dataclass(frozen=True)
+class PreviewInfo:
+    """A preview of one port (schema ``PreviewToken``): open ``url`` with ``token`` as
+    ``?svc_preview_token=`` (the server then keeps it as a cookie)."""
+
+    url: str
+    token: str
+    expires_at: str
+
+    @property
+    def url_with_token(self) -> str:
+        """``url`` with the token in its query: a link that works in a browser as it is."""
+        from urllib.parse import quote
+
+        sep = "&" if "?" in self.url else "?"
+        return f"{self.url}{sep}svc_preview_token={quote(self.token, safe='')}"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PreviewInfo:
+        return _build(cls, data)
+
+
 # ---------------------------------------------------------------------------------------------
 # Request bodies. ``total=False``: the SDK sends only what the caller gave.
+
+
+class Egress(TypedDict, total=False):
+    """``mode`` ``all`` (default), ``none`` (loopback only) or ``allowlist``; ``allow`` entries
+    are ``host``, ``*.domain``, an IP or a CIDR, each with an optional ``:port``."""
+
+    mode: Literal["all", "none", "allowlist"]
+    allow: list[str]
 
 
 class SpawnRequest(TypedDict, total=False):
@@ -348,6 +384,7 @@ class SpawnRequest(TypedDict, total=False):
     network: str
     env: dict[str, str]
     tenant_id: str
+    egress: Egress
 
 
 class ExecRequest(TypedDict, total=False):
@@ -393,6 +430,7 @@ class TemplateSpec(TypedDict, total=False):
     provider: str
     metadata: dict[str, str]
     warm_pool: int
+    egress: Egress
 
 
 class TemplateSpawnRequest(TypedDict, total=False):
@@ -406,6 +444,11 @@ class QuotaRequest(TypedDict, total=False):
     max_sandboxes: int
     max_ttl: str
     max_exec_timeout: str
+
+
+class PreviewTokenRequest(TypedDict, total=False):
+    port: int
+    ttl: str
 
 
 #: response model -> the OpenAPI schema it mirrors
@@ -425,6 +468,7 @@ MODEL_SCHEMAS: dict[type, str] = {
     HealthInfo: "HealthBody",
     AdmissionDecision: "Admission",
     SandboxStats: "SandboxStats",
+    PreviewInfo: "PreviewToken",
 }
 
 #: request body TypedDict -> the OpenAPI schema it mirrors
@@ -439,4 +483,6 @@ REQUEST_SCHEMAS: dict[type, str] = {
     TemplateSpec: "TemplateSpec",
     TemplateSpawnRequest: "TemplateSpawnRequest",
     QuotaRequest: "QuotaRequest",
+    PreviewTokenRequest: "PreviewTokenRequest",
+    Egress: "Egress",
 }

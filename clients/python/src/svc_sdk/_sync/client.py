@@ -8,9 +8,9 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import IO, Any, Literal, overload
+from typing import IO, Any, Literal, Union, overload
 
 import httpx
 import websockets.exceptions
@@ -51,12 +51,15 @@ from ..models import (
     ChmodFile,
     CommandInfo,
     CommandResult,
+    Egress,
     Event,
     ExecRequest,
     FileInfo,
     HealthInfo,
     MoveFile,
     OutputChunk,
+    PreviewInfo,
+    PreviewTokenRequest,
     ProviderInfo,
     Quota,
     QuotaRequest,
@@ -95,6 +98,7 @@ def _spawn_body(
     env: dict[str, str] | None,
     owner_id: str | None,
     network: str | None,
+    egress: EgressArg | None = None,
 ) -> SpawnRequest:
     body: SpawnRequest = {}
     if template is not None:
@@ -117,7 +121,22 @@ def _spawn_body(
         body["owner_id"] = owner_id
     if network is not None:
         body["network"] = network
+    if egress is not None:
+        body["egress"] = _egress(egress)
     return body
+
+
+#: ``egress`` as the SDK takes it: the server's object, a bare mode (``"none"``), or a list of
+#: allowed destinations (an allowlist)
+EgressArg = Union[Egress, str, Sequence[str]]
+
+
+def _egress(egress: EgressArg) -> Egress:
+    if isinstance(egress, str):
+        return {"mode": egress}  # type: ignore[typeddict-item]
+    if isinstance(egress, dict):
+        return egress
+    return {"mode": "allowlist", "allow": list(egress)}
 
 
 class SvcClient:
@@ -289,12 +308,17 @@ class SvcClient:
         env: dict[str, str] | None = None,
         owner_id: str | None = None,
         network: str | None = None,
+        egress: EgressArg | None = None,
         timeout: float | None = None,
     ) -> SandboxInfo:
-        """``POST /sandboxes``; ``timeout`` bounds the wait (image pulls can be slow)."""
+        """``POST /sandboxes``; ``timeout`` bounds the wait (image pulls can be slow).
+
+        ``egress`` limits what the sandbox may connect to: ``"none"``, a list of allowed
+        destinations (``["pypi.org:443", "*.github.com", "10.0.0.0/8"]``) or the server's
+        object ``{"mode": ..., "allow": [...]}``."""
         body = _spawn_body(
             template=template, image=image, provider=provider, memory_mb=memory_mb, vcpus=vcpus,
-            ttl=ttl, metadata=metadata, env=env, owner_id=owner_id, network=network,
+            ttl=ttl, metadata=metadata, env=env, owner_id=owner_id, network=network, egress=egress,
         )
         data = self._call("sandbox_create", json_body=body, timeout=_stream_timeout(timeout))
         return SandboxInfo.from_dict(data)
@@ -307,11 +331,12 @@ class SvcClient:
         ttl: Duration | None = None,
         owner_id: str | None = None,
         template: str | None = None,
+        egress: EgressArg | None = None,
     ) -> AdmissionDecision:
         """``POST /sandboxes/admission``: would a spawn be admitted now? Creates nothing."""
         body = _spawn_body(
             template=template, image=image, provider=provider, memory_mb=None, vcpus=None, ttl=ttl,
-            metadata=None, env=None, owner_id=owner_id, network=None,
+            metadata=None, env=None, owner_id=owner_id, network=None, egress=egress,
         )
         return AdmissionDecision.from_dict(self._call("sandbox_admission", json_body=body))
 
@@ -349,6 +374,15 @@ class SvcClient:
     def resume_sandbox(self, sandbox_id: str) -> SandboxInfo:
         """Thaws a paused sandbox (idempotent); ``expires_at`` moves by the time paused."""
         return SandboxInfo.from_dict(self._call("sandbox_resume", {"id": sandbox_id}))
+
+    def preview(self, sandbox_id: str, port: int, *, ttl: Duration | None = None) -> PreviewInfo:
+        """``POST /sandboxes/{id}/preview-tokens``: a URL and token for ``port`` inside the
+        sandbox, valid for ``ttl`` (default: the server's) and only for that sandbox and port."""
+        body: PreviewTokenRequest = {"port": port}
+        if ttl is not None:
+            body["ttl"] = format_duration(ttl)
+        data = self._call("preview_token_create", {"id": sandbox_id}, json_body=body)
+        return PreviewInfo.from_dict(data)
 
     def prune(self) -> int:
         """Destroys every expired sandbox now; returns how many."""
@@ -534,6 +568,7 @@ class Sandbox:
         env: dict[str, str] | None = None,
         owner_id: str | None = None,
         network: str | None = None,
+        egress: EgressArg | None = None,
         url: str | None = None,
         api_key: str | None = None,
         token: str | None = None,
@@ -546,7 +581,7 @@ class Sandbox:
             info = c.create_sandbox(
                 template, image=image, provider=provider, memory_mb=memory_mb, vcpus=vcpus,
                 ttl=ttl, metadata=metadata, env=env, owner_id=owner_id, network=network,
-                timeout=timeout,
+                egress=egress, timeout=timeout,
             )
         except BaseException:
             if owned:
@@ -642,6 +677,19 @@ class Sandbox:
         """Thaws a paused sandbox."""
         self.info = self.client.resume_sandbox(self.id)
         return self.info
+
+    def preview(self, port: int, *, ttl: Duration | None = None) -> PreviewInfo:
+        """A link to ``port`` inside this sandbox (e.g. a web server it runs): ``url`` with
+        ``token``, or ``url_with_token`` for a browser. Only this sandbox and port, until
+        ``expires_at``."""
+        return self.client.preview(self.id, port, ttl=ttl)
+
+    def get_host(self, port: int) -> str:
+        """``<port>-<id>.<preview_domain>``: the host name svc proxies to ``port`` (needs
+        wildcard DNS for the preview domain; without it use :meth:`preview`'s path form)."""
+        # the record's preview_domain is ``<id>.<server's preview domain>``
+        domain = self.info.preview_domain.removeprefix(f"{self.id}.")
+        return f"{port}-{self.id}.{domain}"
 
     def logs(self, lines: int | None = None) -> builtins.list[str]:
         data = self.client._call("sandbox_logs", {"id": self.id}, query={"lines": lines})
@@ -1353,6 +1401,7 @@ class Templates:
         provider: str | None,
         metadata: dict[str, str] | None,
         warm_pool: int | None,
+        egress: EgressArg | None,
     ) -> TemplateSpec:
         spec: TemplateSpec = {}
         if name is not None:
@@ -1371,6 +1420,8 @@ class Templates:
             spec["metadata"] = metadata
         if warm_pool is not None:
             spec["warm_pool"] = warm_pool
+        if egress is not None:
+            spec["egress"] = _egress(egress)
         return spec
 
     def create(
@@ -1384,10 +1435,11 @@ class Templates:
         provider: str | None = None,
         metadata: dict[str, str] | None = None,
         warm_pool: int | None = None,
+        egress: EgressArg | None = None,
     ) -> TemplateInfo:
         """Creates a template (:class:`ConflictError` when the name exists); ``warm_pool``
         runtimes are then kept started for its spawns."""
-        spec = self._spec(name, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool)
+        spec = self._spec(name, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool, egress)
         return TemplateInfo.from_dict(self._client._call("template_create", json_body=spec))
 
     def list(self) -> builtins.list[TemplateInfo]:
@@ -1407,9 +1459,10 @@ class Templates:
         provider: str | None = None,
         metadata: dict[str, str] | None = None,
         warm_pool: int | None = None,
+        egress: EgressArg | None = None,
     ) -> TemplateInfo:
         """Replaces every field (omitted ones take the server defaults)."""
-        spec = self._spec(None, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool)
+        spec = self._spec(None, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool, egress)
         data = self._client._call("template_update", {"name": name}, json_body=spec)
         return TemplateInfo.from_dict(data)
 
