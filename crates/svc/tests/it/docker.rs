@@ -1258,6 +1258,51 @@ async fn host_http_server(reply: &'static str) -> u16 {
     port
 }
 
+/// A stand-in for a TLS server on the host's port 443 (where the egress proxy connects a name
+/// admitted by SNI): it keeps the first record each client sends and answers `server hello`.
+async fn host_tls_upstream() -> Arc<Mutex<Vec<Vec<u8>>>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:443")
+        .await
+        .expect("port 443 of 127.0.0.1 must be free for the egress TLS test");
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let kept = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut head = [0u8; 5];
+                if stream.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let mut record = head.to_vec();
+                record.resize(5 + usize::from(u16::from_be_bytes([head[3], head[4]])), 0);
+                if stream.read_exact(&mut record[5..]).await.is_ok() {
+                    kept.lock().unwrap().push(record);
+                    let _ = stream.write_all(b"server hello").await;
+                }
+            });
+        }
+    });
+    received
+}
+
+/// A TLS ClientHello record with a server name (SNI) extension and nothing else of note.
+fn client_hello(name: &str) -> Vec<u8> {
+    let be16 = |n: usize| u16::try_from(n).unwrap().to_be_bytes();
+    let mut sni = [be16(name.len() + 3).as_slice(), &[0], &be16(name.len())].concat();
+    sni.extend_from_slice(name.as_bytes());
+    let extensions = [&[0u8, 0][..], &be16(sni.len()), &sni].concat();
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[7; 32]); // random
+    body.push(0); // no session ID
+    body.extend_from_slice(&[0x00, 0x02, 0x13, 0x01, 0x01, 0x00]); // one suite, no compression
+    body.extend_from_slice(&be16(extensions.len()));
+    body.extend_from_slice(&extensions);
+    let handshake = [&[0x01, 0x00][..], &be16(body.len()), &body].concat();
+    [&[0x16, 0x03, 0x01][..], &be16(handshake.len()), &handshake].concat()
+}
+
 /// The host as containers on the default bridge reach it.
 async fn bridge_gateway(docker: &Docker) -> String {
     let network = docker
@@ -1300,7 +1345,12 @@ async fn docker_egress_allowlist_and_none() {
     let allowed = host_http_server("allowed").await;
     let denied = host_http_server("denied").await;
     let named = host_http_server("named").await;
-    let allow = json!([format!("{gateway}:{allowed}"), format!("localhost:{named}")]);
+    let tls_upstream = host_tls_upstream().await;
+    let allow = json!([
+        format!("{gateway}:{allowed}"),
+        format!("localhost:{named}"),
+        "localhost:443"
+    ]);
     let id = spawn_docker(
         &server,
         json!({"egress": {"mode": "allowlist", "allow": allow}}),
@@ -1363,6 +1413,29 @@ async fn docker_egress_allowlist_and_none() {
     assert!(by_host.ends_with("named"), "{by_host}");
     let (refused_host, _) = transparent(format!("denied.invalid:{named}")).await;
     assert!(refused_host.starts_with("HTTP/1.1 403"), "{refused_host}");
+    // TLS to port 443 anywhere: admitted by the name in its ClientHello (SNI), and the hello
+    // reaches the named server unchanged. Busybox has no TLS client, so nc sends the hello.
+    let tls = |name: &str| {
+        let hello = client_hello(name);
+        let escaped: String = hello.iter().map(|b| format!("\\{b:03o}")).collect();
+        (hello, send(escaped, "192.0.2.1".to_owned(), 443))
+    };
+    let (hello, reply) = tls("localhost");
+    let (answer, _) = reply.await;
+    assert_eq!(answer, "server hello");
+    assert_eq!(tls_upstream.lock().unwrap().as_slice(), [hello]);
+    let (_, reply) = tls("denied.invalid");
+    let (answer, took) = reply.await;
+    assert_eq!(answer, "", "a refused name got an answer");
+    assert!(
+        took < Duration::from_secs(1),
+        "a refused name took {took:?}"
+    );
+    assert_eq!(
+        tls_upstream.lock().unwrap().len(),
+        1,
+        "a refused name reached a server"
+    );
     let fetch = |port: u16| {
         let (server, id, gateway) = (&server, id.clone(), gateway.clone());
         async move {
