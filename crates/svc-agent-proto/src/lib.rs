@@ -299,6 +299,13 @@ pub enum Op {
         /// The pattern (`*`, `?`, `[..]`, `**`).
         pattern: String,
     },
+    /// Opens a TCP connection to `port` on the guest's loopback (previews): [`Reply::Done`],
+    /// after which the connection carries that TCP stream's bytes both ways, unframed, until
+    /// either side closes. Nothing listening there is [`ErrorKind::NotFound`].
+    Connect {
+        /// The TCP port inside the guest.
+        port: u16,
+    },
 }
 
 /// What the host may send during an exec, besides stdin bytes.

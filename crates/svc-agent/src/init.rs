@@ -152,6 +152,55 @@ fn set_clock() {
     }
 }
 
+/// Brings the loopback interface up, which a booting kernel leaves down: programs expect
+/// `127.0.0.1`, and previews reach a guest's servers through it. One `RTM_NEWLINK` request over
+/// rtnetlink, checked by its acknowledgement.
+fn loopback_up() -> Result<(), String> {
+    use rustix::net::{netlink, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+    const RTM_NEWLINK: u16 = 16;
+    const NLM_F_REQUEST_ACK: u16 = 0x1 | 0x4;
+    const NLMSG_ERROR: u16 = 2;
+    const LOOPBACK_IFINDEX: i32 = 1; // the kernel registers loopback first, always as 1
+    const IFF_UP: u32 = 1;
+    let fail = |what: &str, err: rustix::io::Errno| format!("{what}: {err}");
+    let socket = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None, // NETLINK_ROUTE
+    )
+    .map_err(|e| fail("opening rtnetlink", e))?;
+    // struct nlmsghdr, then struct ifinfomsg: 16 bytes each, in the host's byte order.
+    let mut request = Vec::with_capacity(32);
+    request.extend_from_slice(&32u32.to_ne_bytes());
+    request.extend_from_slice(&RTM_NEWLINK.to_ne_bytes());
+    request.extend_from_slice(&NLM_F_REQUEST_ACK.to_ne_bytes());
+    request.extend_from_slice(&1u32.to_ne_bytes()); // sequence number
+    request.extend_from_slice(&0u32.to_ne_bytes()); // port ID: the kernel's
+    request.extend_from_slice(&[0, 0, 0, 0]); // AF_UNSPEC, padding, device type
+    request.extend_from_slice(&LOOPBACK_IFINDEX.to_ne_bytes());
+    request.extend_from_slice(&IFF_UP.to_ne_bytes()); // flags
+    request.extend_from_slice(&IFF_UP.to_ne_bytes()); // which flags change
+    let kernel = netlink::SocketAddrNetlink::new(0, 0);
+    rustix::net::sendto(&socket, &request, SendFlags::empty(), &kernel)
+        .map_err(|e| fail("sending RTM_NEWLINK", e))?;
+    let mut reply = [0u8; 64];
+    let (received, _) = rustix::net::recv(&socket, &mut reply, RecvFlags::empty())
+        .map_err(|e| fail("reading the acknowledgement", e))?;
+    let kind = u16::from_ne_bytes([reply[4], reply[5]]);
+    let code = i32::from_ne_bytes([reply[16], reply[17], reply[18], reply[19]]);
+    match (received >= 20, kind, code) {
+        (true, NLMSG_ERROR, 0) => Ok(()),
+        (true, NLMSG_ERROR, code) => Err(fail(
+            "RTM_NEWLINK",
+            rustix::io::Errno::from_raw_os_error(-code),
+        )),
+        _ => Err(format!(
+            "unexpected rtnetlink answer of {received} bytes, type {kind}"
+        )),
+    }
+}
+
 /// Runs as PID 1 until the guest powers off.
 pub(crate) fn run(port: u32) -> ! {
     mount_all(&EARLY);
@@ -172,6 +221,9 @@ pub(crate) fn run(port: u32) -> ! {
         let _ = std::os::unix::fs::symlink("pts/ptmx", "/dev/ptmx");
     }
     set_clock();
+    if let Err(err) = loopback_up() {
+        log(&format!("bringing up the loopback interface: {err}"));
+    }
     if let Some(name) = cmdline("svc.hostname") {
         let _ = rustix::system::sethostname(name.as_bytes());
     }

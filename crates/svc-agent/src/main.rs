@@ -5,6 +5,7 @@
 
 mod exec;
 mod files;
+mod forward;
 mod init;
 mod serve;
 

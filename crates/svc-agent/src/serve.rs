@@ -66,14 +66,24 @@ pub(crate) async fn vsock(port: u32) -> std::io::Result<()> {
 /// One connection: the request, then its operation.
 async fn connection<S>(stream: S, started: Instant)
 where
-    S: AsyncRead + AsyncWrite + Send + 'static,
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let (sink, stream) = Framed::new(stream, FrameCodec).split();
-    let mut replies: Replies = Box::pin(sink);
-    let mut frames: Frames = Box::pin(stream);
-    let Some(Ok(first)) = frames.next().await else {
+    let mut framed = Framed::new(stream, FrameCodec);
+    let Some(Ok(first)) = framed.next().await else {
         return;
     };
+    if let Ok(Request {
+        version: VERSION,
+        op: Op::Connect { port },
+    }) = first.parse()
+    {
+        // The one operation whose connection stops being framed once it is answered.
+        crate::forward::serve(framed, port).await;
+        return;
+    }
+    let (sink, stream) = framed.split();
+    let mut replies: Replies = Box::pin(sink);
+    let mut frames: Frames = Box::pin(stream);
     let request: Request = match first.parse() {
         Ok(request) => request,
         Err(err) => {

@@ -562,3 +562,47 @@ async fn the_agent_serves_from_inside_a_qemu_microvm() {
     // Stopping it was asked for: no failure is reported.
     assert!(failed.try_recv().is_err());
 }
+
+#[tokio::test]
+async fn connect_splices_a_tcp_port_of_the_guest() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let agent = Agent::start().await;
+    // A server that speaks first (its greeting may arrive with the agent's answer), then echoes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                stream.write_all(b"greeting\n").await.unwrap();
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    let mut stream = agent.client().connect_port(port).await.unwrap();
+    let mut greeting = [0u8; 9];
+    stream.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting, b"greeting\n");
+    let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let (mut read, mut write) = tokio::io::split(stream);
+    let sent = payload.clone();
+    let writer = tokio::spawn(async move {
+        write.write_all(&sent).await.unwrap();
+        write.shutdown().await.unwrap();
+    });
+    let mut echoed = Vec::new();
+    read.read_to_end(&mut echoed).await.unwrap();
+    writer.await.unwrap();
+    assert!(echoed == payload, "{} bytes came back", echoed.len());
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let unused = closed.local_addr().unwrap().port();
+    drop(closed);
+    let Err(err) = agent.client().connect_port(unused).await else {
+        panic!("a port with nothing listening connected");
+    };
+    assert!(
+        matches!(err, ProviderError::Unreachable { ref message } if message.contains(&unused.to_string())),
+        "{err:?}"
+    );
+}

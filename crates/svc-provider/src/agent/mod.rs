@@ -8,6 +8,7 @@
 //! layer over [`AgentClient`].
 
 mod connect;
+mod port;
 
 use std::sync::Arc;
 
@@ -129,6 +130,26 @@ impl AgentClient {
             Reply::Error { kind, message } => Err(agent_error(kind, message, path)),
             reply => Ok(reply),
         }
+    }
+
+    /// A TCP connection to `port` on the guest's loopback (previews); nothing listening there
+    /// is [`ProviderError::Unreachable`].
+    pub async fn connect_port(&self, port: u16) -> Result<crate::PortStream, ProviderError> {
+        let mut connection = self.open(Op::Connect { port }).await?;
+        match Self::reply(&mut connection).await? {
+            Reply::Done => {}
+            Reply::Error {
+                kind: ErrorKind::NotFound,
+                message,
+            } => return Err(ProviderError::Unreachable { message }),
+            Reply::Error { kind, message } => return Err(agent_error(kind, message, None)),
+            other => return Err(unexpected(&other)),
+        }
+        let parts = connection.into_parts();
+        Ok(Box::new(port::Spliced {
+            early: parts.read_buf,
+            io: parts.io,
+        }))
     }
 
     /// Version handshake and health.

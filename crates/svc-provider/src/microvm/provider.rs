@@ -790,6 +790,10 @@ impl Provider for MicrovmProvider {
         self.existing_agent(id).await?.glob(pattern).await
     }
 
+    async fn connect(&self, id: &SandboxId, port: u16) -> Result<crate::PortStream, ProviderError> {
+        self.existing_agent(id).await?.connect_port(port).await
+    }
+
     async fn snapshots(&self) -> Result<Vec<SnapshotInfo>, ProviderError> {
         self.images.list().await
     }

@@ -1194,45 +1194,7 @@ async fn docker_previews_reach_a_web_server_in_the_container() {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
-    let written = server
-        .post(
-            &format!("/sandboxes/{id}/files"),
-            json!({"path": "/tmp/www/index.html", "content": "served by busybox"}),
-        )
-        .await;
-    assert!(written.status.is_success(), "{}", written.body);
-    let started = server
-        .post(
-            &format!("/sandboxes/{id}/exec"),
-            json!({"command": "exec httpd -f -p 8080 -h /tmp/www", "background": true}),
-        )
-        .await;
-    assert_eq!(started.status, 202, "{}", started.body);
-    let page = server.url(&format!("/sandboxes/{id}/proxy/8080/index.html"));
-    wait_for("busybox httpd", Duration::from_secs(20), || async {
-        server
-            .client
-            .get(&page)
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
-    let by_path = server.client.get(&page).send().await.unwrap();
-    assert_eq!(by_path.text().await.unwrap(), "served by busybox");
-    let by_host = server
-        .client
-        .get(format!("{}/index.html", server.base))
-        .header("host", format!("8080-{id}.localhost"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(by_host.status(), 200);
-    assert_eq!(by_host.text().await.unwrap(), "served by busybox");
-    server
-        .get(&format!("/sandboxes/{id}/proxy/8081/"))
-        .await
-        .assert_error(502, "bad_gateway");
+    crate::preview::assert_previews_of_busybox_httpd(&server, &id).await;
     finish(server, &docker).await;
 }
 

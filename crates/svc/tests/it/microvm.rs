@@ -159,6 +159,8 @@ async fn a_qemu_sandbox_serves_exec_files_logs_and_snapshots() {
     paths_stay_inside_the_guest(&server, &id).await;
     a_gigabyte_streams_out_of_the_guest(&server, &id).await;
     crate::files::assert_archives(&server, &id, "/root").await;
+    // Previews reach a server in the guest through the agent.
+    crate::preview::assert_previews_of_busybox_httpd(&server, &id).await;
     // The VMM's pause: the guest's counter stops, and resumes.
     crate::pause::assert_pause_and_resume(&server, &id).await;
     let destroyed = server.delete(&format!("/sandboxes/{id}")).await;

@@ -437,3 +437,47 @@ async fn preview_tokens_open_one_port_of_one_sandbox_until_they_expire() {
     assert!(message.contains("expired"), "{message}");
     server.shutdown().await;
 }
+
+/// A busybox `httpd` started in sandbox `id` is reached through both preview forms, and a port
+/// with nothing listening is 502 (docker and microVM tests).
+pub async fn assert_previews_of_busybox_httpd(server: &TestServer, id: &str) {
+    let written = server
+        .post(
+            &format!("/sandboxes/{id}/files"),
+            json!({"path": "/tmp/www/index.html", "content": "served by busybox"}),
+        )
+        .await;
+    assert!(written.status.is_success(), "{}", written.body);
+    let started = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "exec httpd -f -p 8080 -h /tmp/www", "background": true}),
+        )
+        .await;
+    assert_eq!(started.status, 202, "{}", started.body);
+    let page = server.url(&format!("/sandboxes/{id}/proxy/8080/index.html"));
+    wait_for("busybox httpd", Duration::from_secs(20), || async {
+        server
+            .client
+            .get(&page)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let by_path = server.client.get(&page).send().await.unwrap();
+    assert_eq!(by_path.text().await.unwrap(), "served by busybox");
+    let by_host = server
+        .client
+        .get(format!("{}/index.html", server.base))
+        .header("host", format!("8080-{id}.localhost"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_host.status(), 200);
+    assert_eq!(by_host.text().await.unwrap(), "served by busybox");
+    server
+        .get(&format!("/sandboxes/{id}/proxy/8081/"))
+        .await
+        .assert_error(502, "bad_gateway");
+}
