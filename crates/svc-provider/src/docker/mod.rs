@@ -422,14 +422,9 @@ impl DockerProvider {
             .ok_or_else(|| {
                 ProviderError::failed(format!("network {network} has no gateway address"))
             })?;
-        let lookup: egress_proxy::Lookup = {
-            let docker = docker.clone();
-            std::sync::Arc::new(move |address| {
-                let docker = docker.clone();
-                Box::pin(async move { egress_of_address(&docker, address).await })
-            })
-        };
-        self.egress_proxy.ensure_listening(gateway, lookup).await?;
+        self.egress_proxy
+            .ensure_listening(gateway, egress_lookup(docker))
+            .await?;
         let mut spec = spec.clone();
         let proxy = format!("http://{gateway}:{}", self.egress_proxy.port());
         for key in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
@@ -444,6 +439,36 @@ impl DockerProvider {
         spec.labels
             .insert(egress_proxy::LABEL_EGRESS.to_owned(), label);
         Ok((spec, gateway))
+    }
+
+    /// After a restart, the egress proxy listens again on the gateway of every network that
+    /// allowlisted containers (`containers`, from the inventory) run on: their firewalls still
+    /// send them there.
+    async fn resume_egress_proxy(
+        &self,
+        docker: &Docker,
+        containers: &[bollard::models::ContainerSummary],
+    ) {
+        let gateways: std::collections::BTreeSet<std::net::IpAddr> = containers
+            .iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .is_some_and(|labels| labels.contains_key(egress_proxy::LABEL_EGRESS))
+            })
+            .filter_map(|c| c.network_settings.as_ref()?.networks.as_ref())
+            .flat_map(|networks| networks.values())
+            .filter_map(|endpoint| endpoint.gateway.as_deref()?.parse().ok())
+            .collect();
+        for gateway in gateways {
+            if let Err(err) = self
+                .egress_proxy
+                .ensure_listening(gateway, egress_lookup(docker))
+                .await
+            {
+                tracing::warn!(%gateway, error = %err, "the egress proxy cannot listen again");
+            }
+        }
     }
 
     async fn spawn_inner(&self, spec: &SpawnSpec, name: &str) -> Result<bool, ProviderError> {
@@ -657,12 +682,12 @@ impl Provider for DockerProvider {
             filters: Some(filters),
             ..Default::default()
         };
-        let containers = self
-            .client()
-            .await?
+        let docker = self.client().await?;
+        let containers = docker
             .list_containers(Some(options))
             .await
             .map_err(|e| engine_error("listing containers", &e))?;
+        self.resume_egress_proxy(&docker, &containers).await;
         let mut runtimes: Vec<RuntimeInfo> = containers
             .into_iter()
             .filter_map(|c| {
@@ -877,6 +902,16 @@ impl DockerProvider {
             _ => Ok(()),
         }
     }
+}
+
+/// How the egress proxy learns a connection's allowlist when it has not registered its address:
+/// from the container's label (after a restart).
+fn egress_lookup(docker: &Docker) -> egress_proxy::Lookup {
+    let docker = docker.clone();
+    std::sync::Arc::new(move |address| {
+        let docker = docker.clone();
+        Box::pin(async move { egress_of_address(&docker, address).await })
+    })
 }
 
 /// The egress of the svc container at `address`, from its label (after a restart).

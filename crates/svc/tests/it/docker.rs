@@ -1445,6 +1445,22 @@ async fn docker_egress_allowlist_and_none() {
         .await;
     assert_ne!(cut.body["exit_code"], 0, "{}", cut.body);
 
+    // After a restart the proxy tells the sandbox's connections apart again (by the container's
+    // `dev.svc.egress` label) and admits and refuses as before.
+    let server = server.restart().await;
+    for (port, expected) in [(named, "named"), (denied, "HTTP/1.1 403")] {
+        let request = format!("GET http://localhost:{port}/ HTTP/1.0\\r\\n\\r\\n");
+        let command = format!("printf '{request}' | nc -w 5 {gateway} {proxy_port}");
+        let reply = server
+            .post(&format!("/sandboxes/{id}/exec"), json!({"command": command}))
+            .await;
+        let stdout = reply.body["stdout"].as_str().unwrap_or_default();
+        assert!(
+            stdout.ends_with(expected) || stdout.starts_with(expected),
+            "after a restart, port {port}: {}",
+            reply.body
+        );
+    }
     for sandbox in [&id, &closed] {
         assert_eq!(
             server.delete(&format!("/sandboxes/{sandbox}")).await.status,
