@@ -3,7 +3,8 @@
 //! container's own network namespace (`nsenter --net=/proc/<pid>/ns/net iptables-restore`):
 //! loopback and replies pass, listed addresses and networks (with their ports) pass, anything
 //! else is rejected at once (TCP reset, ICMP unreachable), so a denied connection fails fast
-//! instead of timing out. The rules live and die with the namespace: nothing is added to the
+//! instead of timing out. Inbound only loopback, replies and the host pass, which keeps sibling
+//! containers on the shared bridge out as a network of its own would. The rules live and die with the namespace: nothing is added to the
 //! host's firewall, so nothing can be left there after a destroy or a crash. Host-name entries
 //! are resolved on the host when the sandbox starts and their addresses allowed.
 
@@ -43,12 +44,35 @@ pub(super) fn rulesets(
         }
         nat.push_str("COMMIT\n");
     }
-    let mut v4 = String::from(
-        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT DROP [0:0]\n\
-         -A OUTPUT -o lo -j ACCEPT\n\
-         -A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n",
+    // Inbound: loopback, replies, and the host (previews connect from the gateway address, where
+    // the proxy listens). Nothing else: a sibling container must not open a channel in and
+    // pull data out past the allowlist.
+    let filter = |host: Option<std::net::IpAddr>, unreachable: &str| {
+        let mut table = String::from(
+            "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT DROP [0:0]\n\
+             -A INPUT -i lo -j ACCEPT\n\
+             -A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n",
+        );
+        if let Some(host) = host {
+            table.push_str(&format!("-A INPUT -s {} -j ACCEPT\n", IpNet::from(host)));
+        }
+        table.push_str(&format!(
+            "-A INPUT -p tcp -j REJECT --reject-with tcp-reset\n\
+             -A INPUT -j REJECT --reject-with {unreachable}\n\
+             -A OUTPUT -o lo -j ACCEPT\n\
+             -A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n"
+        ));
+        table
+    };
+    let host = proxy.map(|proxy| proxy.ip());
+    let mut v4 = filter(
+        host.filter(std::net::IpAddr::is_ipv4),
+        "icmp-port-unreachable",
     );
-    let mut v6 = v4.clone();
+    let mut v6 = filter(
+        host.filter(std::net::IpAddr::is_ipv6),
+        "icmp6-port-unreachable",
+    );
     for (rule, nets) in rules {
         for net in nets {
             let table = match net {
@@ -228,7 +252,14 @@ mod tests {
         assert!(v6.ends_with("icmp6-port-unreachable\nCOMMIT\n"));
         assert!(v4.starts_with("*filter\n"));
         assert!(!v4.contains("*nat"));
-        let (v4, _) = rulesets(&rules, Some("172.17.0.1:7424".parse().unwrap()));
+        assert!(v4.contains(":INPUT DROP"));
+        assert!(!v4.contains("-A INPUT -s"));
+        let (v4, v6) = rulesets(&rules, Some("172.17.0.1:7424".parse().unwrap()));
+        assert!(
+            v4.contains("-A INPUT -s 172.17.0.1/32 -j ACCEPT"),
+            "the host may connect in"
+        );
+        assert!(!v6.contains("-A INPUT -s"));
         assert!(v4.contains("*nat\n"));
         assert!(v4.contains("-A OUTPUT -d 10.0.0.0/8 -j RETURN"));
         assert!(

@@ -1429,6 +1429,42 @@ async fn docker_egress_allowlist_and_none() {
         .await;
     assert_ne!(outside.body["stdout"], "0\n", "{}", outside.body);
 
+    // Inbound, only the host: a preview reaches a server in the allowlisted sandbox, a sibling
+    // container on the same bridge does not (no channel in to pull data out).
+    let listening = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "httpd -p 8080 -h /tmp"}),
+        )
+        .await;
+    assert_eq!(listening.body["exit_code"], 0, "{}", listening.body);
+    let preview = server.get(&format!("/sandboxes/{id}/proxy/8080/")).await;
+    assert_eq!(
+        preview.status, 404,
+        "busybox httpd's answer: {}",
+        preview.body
+    );
+    let address = docker
+        .inspect_container(&format!("svc-{id}"), None)
+        .await
+        .unwrap()
+        .network_settings
+        .and_then(|n| n.networks)
+        .and_then(|networks| networks.into_values().find_map(|n| n.ip_address))
+        .unwrap();
+    let sibling = spawn_docker(&server, json!({})).await;
+    let knocked = server
+        .post(
+            &format!("/sandboxes/{sibling}/exec"),
+            json!({"command": format!("nc -w 2 {address} 8080 </dev/null; echo $?")}),
+        )
+        .await;
+    assert_ne!(knocked.body["stdout"], "0\n", "{}", knocked.body);
+    assert_eq!(
+        server.delete(&format!("/sandboxes/{sibling}")).await.status,
+        200
+    );
+
     let closed = spawn_docker(&server, json!({"egress": {"mode": "none"}})).await;
     let interfaces = server
         .post(
@@ -1452,7 +1488,10 @@ async fn docker_egress_allowlist_and_none() {
         let request = format!("GET http://localhost:{port}/ HTTP/1.0\\r\\n\\r\\n");
         let command = format!("printf '{request}' | nc -w 5 {gateway} {proxy_port}");
         let reply = server
-            .post(&format!("/sandboxes/{id}/exec"), json!({"command": command}))
+            .post(
+                &format!("/sandboxes/{id}/exec"),
+                json!({"command": command}),
+            )
             .await;
         let stdout = reply.body["stdout"].as_str().unwrap_or_default();
         assert!(
