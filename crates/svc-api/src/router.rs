@@ -87,6 +87,7 @@ pub fn router(plane: ControlPlane) -> Router {
     let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);
     let cors = cors(&plane.config().server.cors_allowed_origins);
     let observed = plane.clone();
+    let previews = routes::preview::Previews::new(plane.clone());
     // Every API route authenticates (probes excepted, see auth.rs); the interface description
     // is public.
     api.route_layer(axum::middleware::from_fn_with_state(
@@ -104,15 +105,15 @@ pub fn router(plane: ControlPlane) -> Router {
     // The preview proxy authenticates for itself: credentials, or a preview token.
     .route(
         "/api/v1/sandboxes/{id}/proxy/{port}",
-        any(routes::preview::by_path),
+        any(routes::preview::by_path).with_state(previews.clone()),
     )
     .route(
         "/api/v1/sandboxes/{id}/proxy/{port}/",
-        any(routes::preview::by_path),
+        any(routes::preview::by_path).with_state(previews.clone()),
     )
     .route(
         "/api/v1/sandboxes/{id}/proxy/{port}/{*rest}",
-        any(routes::preview::by_path),
+        any(routes::preview::by_path).with_state(previews.clone()),
     )
     .fallback(route_not_found)
     .method_not_allowed_fallback(method_not_allowed)
@@ -123,7 +124,7 @@ pub fn router(plane: ControlPlane) -> Router {
     ))
     .layer(axum::middleware::from_fn(crate::error::json_errors))
     .layer(axum::middleware::from_fn_with_state(
-        plane.clone(),
+        previews,
         routes::preview::by_host,
     ))
     .with_state(plane)

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use svc_core::access::Action;
 use svc_core::clock::add_duration;
 use svc_core::{Error, GoDuration, SandboxId, Timestamp};
-use svc_provider::PortStream;
+pub use svc_provider::PortStream;
 
 use crate::provider_errors::classify;
 use crate::{ControlPlane, Principal};
@@ -146,26 +146,33 @@ impl ControlPlane {
         })
     }
 
-    /// Opens a connection to `port` in sandbox `id` for a preview: 401 for a token that is not
-    /// for this sandbox and port or has expired, 404 for a sandbox the caller cannot see, 409
-    /// unless it runs, 502 when nothing listens there.
-    pub async fn open_preview(
+    /// May this request reach `port` in sandbox `id`? 401 for a token that is not for this
+    /// sandbox and port or has expired, 404 for a sandbox the caller cannot see, 409 unless it
+    /// runs. Checked for every request, also one that reuses an open connection.
+    pub async fn authorize_preview(
         &self,
         access: PreviewAccess<'_>,
         id: &str,
         port: u16,
-    ) -> Result<PortStream, Error> {
-        let sandbox = match access {
+    ) -> Result<(), Error> {
+        match access {
             PreviewAccess::Caller(principal) => {
                 self.authorize(principal, Action::Exec)?;
-                self.running_sandbox(principal, id).await?
+                self.running_sandbox(principal, id).await?;
             }
             PreviewAccess::Token(token) => {
                 // The token names the sandbox: whoever holds it may reach it, in any tenant.
                 self.verify_preview_token(token, id, port).await?;
-                self.running_sandbox(&Principal::system(), id).await?
+                self.running_sandbox(&Principal::system(), id).await?;
             }
-        };
+        }
+        Ok(())
+    }
+
+    /// Opens a connection to `port` in the running sandbox `id` (after
+    /// [`ControlPlane::authorize_preview`]): 409 unless it runs, 502 when nothing listens.
+    pub async fn connect_preview(&self, id: &str, port: u16) -> Result<PortStream, Error> {
+        let sandbox = self.running_sandbox(&Principal::system(), id).await?;
         let provider = self.enabled_provider(&sandbox.provider)?;
         provider
             .connect(&sandbox.id, port)

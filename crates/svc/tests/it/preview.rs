@@ -19,9 +19,10 @@ use crate::harness::{wait_for, TestServer};
 use crate::cli::free_port;
 
 /// An echo server on `port`: any request answers JSON with its method, path and query,
-/// headers and body length; `/ws` echoes WebSocket messages; `/missing` is a plain-text 404.
+/// headers, body length and the connection it came on (`peer`); `/ws` echoes WebSocket messages; `/missing` is a plain-text 404.
 async fn echo_server(port: u16) {
     async fn echo(
+        axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
         method: AxumMethod,
         uri: Uri,
         headers: HeaderMap,
@@ -37,6 +38,7 @@ async fn echo_server(port: u16) {
             "headers": headers,
             "body_len": body.len(),
             "body_sum": body.iter().map(|b| u64::from(*b)).sum::<u64>(),
+            "peer": peer.to_string(),
         }))
     }
     async fn ws(upgrade: WebSocketUpgrade) -> axum::response::Response {
@@ -67,6 +69,7 @@ async fn echo_server(port: u16) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 }
 
@@ -183,6 +186,27 @@ async fn the_proxy_streams_requests_headers_and_websockets() {
         .await
         .unwrap();
     assert_eq!(root["uri"], "/");
+
+    // Requests one after another reuse the proxy's connection to the port (by path and host).
+    let mut peers = Vec::new();
+    for host in [None, Some(format!("{port}-{id}.localhost")), None] {
+        let request = match &host {
+            None => server
+                .client
+                .get(server.url(&proxy_path(&id, port, "/again"))),
+            Some(host) => server
+                .client
+                .get(format!("{}/again", server.base))
+                .header("host", host),
+        };
+        let echoed: Value = request.send().await.unwrap().json().await.unwrap();
+        peers.push(echoed["peer"].clone());
+    }
+    assert!(
+        peers.iter().all(|p| p == &root["peer"]),
+        "{peers:?} vs {}",
+        root["peer"]
+    );
 
     // A 20 MB upload streams through (past server.max_body_bytes would not matter either).
     let body: Vec<u8> = (0..20 * 1024 * 1024).map(|i| (i % 251) as u8).collect();

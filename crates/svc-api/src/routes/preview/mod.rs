@@ -1,8 +1,8 @@
 //! Previews (decisions §18): `POST /sandboxes/{id}/preview-tokens`, and the proxy to a port
 //! inside a sandbox, by path (`/api/v1/sandboxes/{id}/proxy/{port}/...`) or by host name
 //! (`<port>-<id>.<server.preview_domain>`). Requests and responses stream both ways (hyper's
-//! HTTP/1 client over the connection the provider opens); a WebSocket upgrade becomes a byte
-//! pipe once both sides agreed. The proxy authenticates for itself: credentials as any route,
+//! HTTP/1 client over connections the provider opens, kept for reuse: `upstream.rs`); a
+//! WebSocket upgrade becomes a byte pipe once both sides agreed. The proxy authenticates for itself: credentials as any route,
 //! or a preview token (`?svc_preview_token=`, then a cookie scoped to the preview).
 
 use axum::body::Body;
@@ -20,6 +20,24 @@ use utoipa_axum::routes;
 
 use crate::extract::{ApiJson, Caller};
 use crate::{ApiError, ErrorBody};
+
+mod upstream;
+
+/// What the proxy handlers share: the control plane and the pooled upstream client.
+#[derive(Clone)]
+pub(crate) struct Previews {
+    plane: ControlPlane,
+    upstream: upstream::Upstream,
+}
+
+impl Previews {
+    pub(crate) fn new(plane: ControlPlane) -> Self {
+        Previews {
+            upstream: upstream::client(plane.clone()),
+            plane,
+        }
+    }
+}
 
 /// The query parameter and cookie carrying a preview token.
 pub(crate) const TOKEN_PARAM: &str = "svc_preview_token";
@@ -110,11 +128,11 @@ fn host_target(headers: &HeaderMap, preview_domain: &str) -> Option<(u32, String
 /// The outermost layer: a request whose Host names a preview goes to the proxy, whatever its
 /// path; anything else goes on to the API.
 pub(crate) async fn by_host(
-    State(plane): State<ControlPlane>,
+    State(previews): State<Previews>,
     request: Request,
     next: Next,
 ) -> Response {
-    let domain = &plane.config().server.preview_domain;
+    let domain = &previews.plane.config().server.preview_domain;
     let Some((port, sandbox)) = (!domain.is_empty())
         .then(|| host_target(request.headers(), domain))
         .flatten()
@@ -135,11 +153,11 @@ pub(crate) async fn by_host(
         upstream,
         cookie_path: "/".to_owned(),
     };
-    proxy(plane, target, request).await
+    proxy(&previews, target, request).await
 }
 
 /// The route handler for the path form (any method).
-pub(crate) async fn by_path(State(plane): State<ControlPlane>, request: Request) -> Response {
+pub(crate) async fn by_path(State(previews): State<Previews>, request: Request) -> Response {
     let Some(parsed) = path_target(request.uri()) else {
         return ApiError(Error::not_found(
             svc_core::error::Resource::Route,
@@ -163,7 +181,7 @@ pub(crate) async fn by_path(State(plane): State<ControlPlane>, request: Request)
         upstream,
         cookie_path,
     };
-    proxy(plane, target, request).await
+    proxy(&previews, target, request).await
 }
 
 /// The token a request carries: the query parameter first, then the cookie.
@@ -249,12 +267,13 @@ fn forwardable(headers: &mut HeaderMap, upgrade: bool, for_upstream: bool) {
     }
 }
 
-async fn proxy(plane: ControlPlane, target: Target, mut request: Request) -> Response {
+async fn proxy(previews: &Previews, target: Target, mut request: Request) -> Response {
+    let plane = &previews.plane;
     let (token, token_in_query) = presented_token(request.uri(), request.headers());
     let principal;
     let access = match &token {
         Some(token) => PreviewAccess::Token(token),
-        None => match crate::auth::principal_of(&plane, request.headers()).await {
+        None => match crate::auth::principal_of(plane, request.headers()).await {
             Ok(caller) => {
                 principal = caller;
                 PreviewAccess::Caller(&principal)
@@ -262,21 +281,20 @@ async fn proxy(plane: ControlPlane, target: Target, mut request: Request) -> Res
             Err(err) => return ApiError(err).into_response(),
         },
     };
-    let stream = match plane
-        .open_preview(access, &target.sandbox, target.port)
+    if let Err(err) = plane
+        .authorize_preview(access, &target.sandbox, target.port)
         .await
     {
-        Ok(stream) => stream,
-        Err(err) => return ApiError(err).into_response(),
-    };
+        return ApiError(err).into_response();
+    }
     let upgrade = is_upgrade(request.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     let (mut parts, body) = request.into_parts();
     forwardable(&mut parts.headers, upgrade, true);
-    let upstream_uri = without_token(&target.upstream);
-    parts.uri = match upstream_uri.parse() {
-        Ok(uri) => uri,
-        Err(_) => {
+    let path_and_query = without_token(&target.upstream);
+    parts.uri = match upstream::uri(&target.sandbox, target.port, &path_and_query) {
+        Some(uri) => uri,
+        None => {
             return ApiError(Error::invalid("path", "is not a valid request target"))
                 .into_response()
         }
@@ -286,17 +304,7 @@ async fn proxy(plane: ControlPlane, target: Target, mut request: Request) -> Res
     }
     parts.version = axum::http::Version::HTTP_11;
     let upstream_request = Request::from_parts(parts, body);
-    let (mut sender, connection) =
-        match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-            Ok(pair) => pair,
-            Err(err) => return bad_gateway(target.port, &err),
-        };
-    tokio::spawn(async move {
-        if let Err(err) = connection.with_upgrades().await {
-            tracing::debug!(error = %err, "preview connection ended");
-        }
-    });
-    let mut response = match sender.send_request(upstream_request).await {
+    let mut response = match previews.upstream.request(upstream_request).await {
         Ok(response) => response,
         Err(err) => return bad_gateway(target.port, &err),
     };
@@ -335,9 +343,23 @@ async fn proxy(plane: ControlPlane, target: Target, mut request: Request) -> Res
     Response::from_parts(parts, Body::new(body))
 }
 
-fn bad_gateway(port: u16, err: &hyper::Error) -> Response {
+/// The answer to a failed upstream request: the service's own error when a new connection could
+/// not be opened (409 for a sandbox that stopped meanwhile, 502 when nothing listens), else 502.
+fn bad_gateway(port: u16, err: &hyper_util::client::legacy::Error) -> Response {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(failed) = cause.downcast_ref::<upstream::ConnectFailed>() {
+            if let Some(err) = failed.take() {
+                return ApiError(err).into_response();
+            }
+        }
+        source = cause.source();
+    }
+    let cause = std::iter::successors(std::error::Error::source(err), |e| e.source())
+        .last()
+        .map_or_else(|| err.to_string(), ToString::to_string);
     ApiError(Error::BadGateway {
-        message: format!("the server on port {port} in the sandbox did not answer: {err}"),
+        message: format!("the server on port {port} in the sandbox did not answer: {cause}"),
     })
     .into_response()
 }
