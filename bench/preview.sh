@@ -30,7 +30,18 @@ for _ in $(seq 100); do
     curl -sf "http://$address:8080/index.html" >/dev/null && break
     sleep 0.1
 done
+echo "== busybox httpd in a docker sandbox (one connection per request on both paths)"
 ./target/release/svc-bench preview --direct "http://$address:8080/index.html" \
     --proxied "$api/sandboxes/$id/proxy/8080/index.html" \
     --rounds "$rounds" --seconds "$seconds" --concurrency "$concurrency"
 curl -sf -X DELETE "$api/sandboxes/$id" >/dev/null
+# A keep-alive server (svc-bench's own) behind a mock sandbox, whose ports are this host's
+# loopback ones: the client keeps its connections on both paths, and the proxy its upstream ones.
+page_port="${SVC_BENCH_PAGE_PORT:-17486}"
+mock="$(curl -sf -X POST "$api/sandboxes" -H 'content-type: application/json' \
+    -d '{"provider": "mock"}' | sed 's/.*"id":"\([^"]*\)".*/\1/')"
+echo "== a keep-alive server behind a mock sandbox (connections reused on both paths)"
+./target/release/svc-bench preview --serve "$page_port" --direct "http://127.0.0.1:$page_port/" \
+    --proxied "$api/sandboxes/$mock/proxy/$page_port/" \
+    --rounds "$rounds" --seconds "$seconds" --concurrency "$concurrency"
+curl -sf -X DELETE "$api/sandboxes/$mock" >/dev/null

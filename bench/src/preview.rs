@@ -27,6 +27,20 @@ pub(crate) struct PreviewArgs {
     /// Rounds, each measuring both paths.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Also serve the page here (127.0.0.1, HTTP/1.1 keep-alive) for the run: with a mock
+    /// sandbox, whose ports are this host's, the proxy's reuse of upstream connections shows.
+    #[arg(long)]
+    serve: Option<u16>,
+}
+
+/// A small page on `port` of the loopback, connections kept alive.
+async fn serve(port: u16) -> anyhow::Result<()> {
+    let app = axum::Router::new().fallback(|| async { "<h1>preview</h1>" });
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("serving the page on port {port}"))?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(())
 }
 
 async fn fetch(client: &reqwest::Client, url: &str) -> anyhow::Result<()> {
@@ -84,6 +98,9 @@ async fn throughput(
 }
 
 pub(crate) async fn run(args: &PreviewArgs) -> anyhow::Result<()> {
+    if let Some(port) = args.serve {
+        serve(port).await?;
+    }
     let client = crate::client_builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
