@@ -26,19 +26,7 @@ impl From<Error> for ApiError {
 
 /// The HTTP status of each error kind.
 pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Forbidden | ErrorKind::PolicyDenied => StatusCode::FORBIDDEN,
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        ErrorKind::Conflict | ErrorKind::LeaseConflict => StatusCode::CONFLICT,
-        ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::ResourceLimit => StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::ProviderError | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
-    }
+    StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 impl IntoResponse for ApiError {

@@ -15,7 +15,7 @@ use svc_core::access::Action;
 use svc_core::error::Resource;
 use svc_core::exec::{ExecRecord, ExecStatus};
 use svc_core::{Error, ExecId, SandboxId, Timestamp};
-use svc_provider::{ExecControl, Signal, StdStream};
+use svc_provider::{ExecControl, Signal, StdStream, TtySize};
 
 use crate::{ControlPlane, Principal};
 
@@ -478,7 +478,7 @@ impl ControlPlane {
         principal: &Principal,
         id: &str,
         exec_id: &str,
-        data: &str,
+        data: &[u8],
         eof: bool,
     ) -> Result<(), Error> {
         let (job, control) = self.running_exec(principal, id, exec_id).await?;
@@ -491,7 +491,7 @@ impl ControlPlane {
         let failed = |e| Error::provider("exec", "write stdin", e);
         if !data.is_empty() {
             control
-                .write_stdin(bytes::Bytes::copy_from_slice(data.as_bytes()))
+                .write_stdin(bytes::Bytes::copy_from_slice(data))
                 .await
                 .map_err(failed)?;
         }
@@ -523,6 +523,21 @@ impl ControlPlane {
             .signal(signal)
             .await
             .map_err(|e| Error::provider("exec", "signal", e))
+    }
+
+    /// A running terminal exec's new size (E2B's process `Update`).
+    pub async fn resize_exec(
+        &self,
+        principal: &Principal,
+        id: &str,
+        exec_id: &str,
+        size: TtySize,
+    ) -> Result<(), Error> {
+        let (_, control) = self.running_exec(principal, id, exec_id).await?;
+        control
+            .resize(size)
+            .await
+            .map_err(|e| Error::provider("exec", "resize", e))
     }
 
     /// `DELETE /sandboxes/{id}/execs/{exec_id}`: kills it; its status becomes `killed`.

@@ -20,6 +20,17 @@ use crate::{ControlPlane, Principal};
 /// The audience of preview tokens, so no other HS256 token signed elsewhere passes.
 const AUDIENCE: &str = "svc-preview";
 
+/// The audience of sandbox access tokens (E2B's `envdAccessToken`, decisions §20).
+const ACCESS_AUDIENCE: &str = "svc-sandbox-access";
+
+/// A sandbox access token's claims: the sandbox, for as long as it exists (a destroyed
+/// sandbox refuses everything anyway).
+#[derive(Debug, Serialize, Deserialize)]
+struct AccessClaims {
+    sub: String,
+    aud: String,
+}
+
 /// `POST /sandboxes/{id}/preview-tokens` body.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
@@ -178,6 +189,34 @@ impl ControlPlane {
             .connect(&sandbox.id, port)
             .await
             .map_err(|e| classify(provider.name(), "connect", e))
+    }
+
+    /// A token that opens sandbox `id`'s in-sandbox services (E2B's `envdAccessToken`) and
+    /// nothing else, signed with the same per-database key as preview tokens.
+    pub async fn sandbox_access_token(&self, id: &SandboxId) -> Result<String, Error> {
+        let claims = AccessClaims {
+            sub: id.to_string(),
+            aud: ACCESS_AUDIENCE.to_owned(),
+        };
+        let (encoding, _) = self.preview_keys().await?;
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, encoding)
+            .map_err(|e| Error::internal("signing a sandbox access token", e))
+    }
+
+    /// 401 unless `token` is [`ControlPlane::sandbox_access_token`] of sandbox `id`.
+    pub async fn verify_sandbox_access_token(&self, token: &str, id: &str) -> Result<(), Error> {
+        let (_, decoding) = self.preview_keys().await?;
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.validate_exp = false;
+        validation.set_audience(&[ACCESS_AUDIENCE]);
+        validation.required_spec_claims = ["sub", "aud"].into_iter().map(str::to_owned).collect();
+        let claims = jsonwebtoken::decode::<AccessClaims>(token, decoding, &validation)
+            .map_err(|_| refused("the access token is not valid for this sandbox"))?
+            .claims;
+        if claims.sub != id {
+            return Err(refused("the access token is not valid for this sandbox"));
+        }
+        Ok(())
     }
 
     async fn verify_preview_token(&self, token: &str, id: &str, port: u16) -> Result<(), Error> {

@@ -40,6 +40,23 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The HTTP status it is answered with (on the API and the E2B listener alike).
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::BadRequest => 400,
+            ErrorKind::Unauthorized => 401,
+            ErrorKind::Forbidden | ErrorKind::PolicyDenied => 403,
+            ErrorKind::NotFound => 404,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::Conflict | ErrorKind::LeaseConflict => 409,
+            ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::ResourceLimit => 429,
+            ErrorKind::ProviderError | ErrorKind::Internal => 500,
+            ErrorKind::Unavailable => 503,
+            ErrorKind::BadGateway => 502,
+        }
+    }
+
     /// The wire `code`.
     pub fn code(self) -> &'static str {
         match self {

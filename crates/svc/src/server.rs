@@ -28,6 +28,8 @@ pub struct ShutdownReport {
 pub struct RunningServer {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where the E2B API listens, when `e2b.enabled`.
+    pub e2b_addr: Option<SocketAddr>,
     plane: ControlPlane,
     task: JoinHandle<anyhow::Result<ShutdownReport>>,
 }
@@ -70,6 +72,13 @@ pub async fn start_with_clock(
     let addr = listener
         .local_addr()
         .context("reading the listening address")?;
+    let e2b_addr = match serve_e2b(&plane).await {
+        Ok(addr) => addr,
+        Err(err) => {
+            store.close().await;
+            return Err(err);
+        }
+    };
     let providers = plane.readiness().await.providers;
     let provider_list: Vec<String> = providers
         .iter()
@@ -136,7 +145,40 @@ pub async fn start_with_clock(
     plane.prepare_event_relay().await;
     let loops = plane.start_background();
     let task = tokio::spawn(run(plane.clone(), listener, loops));
-    Ok(RunningServer { addr, plane, task })
+    Ok(RunningServer {
+        addr,
+        e2b_addr,
+        plane,
+        task,
+    })
+}
+
+/// With `e2b.enabled`, the E2B API on its own listener (decisions §20) until shutdown.
+async fn serve_e2b(plane: &ControlPlane) -> anyhow::Result<Option<SocketAddr>> {
+    let e2b = &plane.config().e2b;
+    if !e2b.enabled {
+        return Ok(None);
+    }
+    let wanted = format!("{}:{}", e2b.host, e2b.port);
+    let listener = TcpListener::bind(&wanted)
+        .await
+        .with_context(|| format!("binding {wanted} (e2b.host, e2b.port)"))?;
+    let addr = listener.local_addr().context("reading the E2B address")?;
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = svc_e2b::router(plane.clone());
+    let shutdown = plane.shutdown_token().clone();
+    tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            shutdown.cancelled().await;
+        });
+        if let Err(err) = server.await {
+            tracing::error!(error = %err, "the E2B listener failed");
+        }
+    });
+    tracing::info!("E2B API listening on http://{addr} (E2B_API_URL and E2B_SANDBOX_URL)");
+    Ok(Some(addr))
 }
 
 async fn run(

@@ -246,7 +246,7 @@ async fn exec_stdin(
     ApiJson(body): ApiJson<StdinBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
     plane
-        .exec_stdin(&principal, &id, &exec_id, &body.data, body.eof)
+        .exec_stdin(&principal, &id, &exec_id, body.data.as_bytes(), body.eof)
         .await?;
     Ok(Json(StatusBody { status: "sent" }))
 }

@@ -7,6 +7,7 @@
 mod auth;
 mod database;
 mod defaults;
+mod e2b;
 mod events;
 mod exec;
 mod limits;
@@ -21,6 +22,7 @@ mod worker;
 pub use auth::{jwks_url_acceptable, AuthConfig, MAX_WORKER_TOKEN_TTL};
 pub use database::{DatabaseConfig, DatabaseDriver};
 pub use defaults::{DefaultsConfig, SpawnOverflow};
+pub use e2b::E2bConfig;
 pub use events::EventsConfig;
 pub use exec::ExecConfig;
 pub use limits::{RateLimitConfig, RateLimitKeyBy};
@@ -64,6 +66,8 @@ pub struct Config {
     pub pool: PoolConfig,
     /// `logging.*`.
     pub logging: LoggingConfig,
+    /// `e2b.*`.
+    pub e2b: E2bConfig,
 }
 
 #[cfg(test)]

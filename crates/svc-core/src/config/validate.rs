@@ -117,6 +117,13 @@ impl Config {
         );
         p.at_least_one(self.exec.output_buffer_bytes, "exec.output_buffer_bytes");
         self.validate_pool(&mut p);
+        if self.e2b.enabled {
+            p.non_empty(&self.e2b.host, "e2b.host");
+            let same = self.e2b.host == self.server.host && self.e2b.port == self.server.port;
+            p.check(self.e2b.port == 0 || !same, "e2b.port", || {
+                "must differ from server.port on the same host".to_owned()
+            });
+        }
         p.0
     }
 
