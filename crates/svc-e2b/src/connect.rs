@@ -280,11 +280,18 @@ mod tests {
     #[test]
     fn service_errors_become_connect_codes() {
         let err = RpcError::from(svc_core::Error::not_found(
-            svc_core::error::Resource::Sandbox,
-            "sb-1",
+            svc_core::error::Resource::File,
+            "/x",
         ));
         assert_eq!(err.code, "not_found");
         assert_eq!(err.status(), StatusCode::NOT_FOUND);
         assert_eq!(end(Some(&err))[0], END_STREAM);
+        // A sandbox that is gone reads as E2B's own edge answers it.
+        let gone = RpcError::from(svc_core::Error::not_found(
+            svc_core::error::Resource::Sandbox,
+            "sb-1",
+        ));
+        assert_eq!(gone.code, "unavailable");
+        assert!(gone.message.contains("was not found"), "{}", gone.message);
     }
 }
