@@ -18,6 +18,9 @@ ensure_clients() {
     # Quick when everything is installed already; the editable install points at this clone.
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "clients/python[dev]" \
         || die "pip could not install clients/python[dev] into $venv"
+    # The unmodified E2B SDK, pinned, for the compatibility suite (clients/e2b).
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r clients/e2b/requirements.txt \
+        || die "pip could not install clients/e2b/requirements.txt into $venv"
     export SVC_PYTHON="$venv/bin/python"
 
     if ! command -v npm >/dev/null 2>&1; then

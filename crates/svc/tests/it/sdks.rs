@@ -1,4 +1,5 @@
-//! The Python and TypeScript SDKs' own suites (`clients/`), run against this build's binary.
+//! The Python and TypeScript SDKs' own suites and the E2B compatibility suite (`clients/`), run
+//! against this build's binary.
 //! Each suite starts servers of its own, on mock and on docker, calls every SDK function, and
 //! checks the SDK against `svc openapi` so that neither drifts from the server. They skip loudly
 //! when their toolchains are missing, unless the run requires them (`SVC_TEST_REQUIRE_CLIENTS`,
@@ -70,6 +71,25 @@ fn python_sdk_suite() {
         .arg(clients().join("python/check.sh"))
         .env("PYTHON", python);
     run_suite("Python SDK suite", command);
+}
+
+/// The unmodified E2B Python SDK (`clients/e2b`, pinned) against the E2B listener, on mock and
+/// docker (decisions §20).
+#[test]
+fn e2b_python_sdk_suite() {
+    let python = std::env::var("SVC_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let ready = Command::new(&python)
+        .args(["-c", "import e2b, pytest, httpx"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        return missing("a Python with the e2b SDK and pytest (clients/e2b/requirements.txt)");
+    }
+    let mut command = Command::new("bash");
+    command
+        .arg(clients().join("e2b/check.sh"))
+        .env("PYTHON", python);
+    run_suite("E2B Python SDK suite", command);
 }
 
 /// The TypeScript SDK: `tsc`, the OpenAPI types being current, and node's test runner.

@@ -1,0 +1,139 @@
+"""The unmodified E2B SDK against svc: lifecycle, commands, files and errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from e2b import Sandbox
+from e2b.exceptions import NotFoundException, SandboxException
+from e2b.sandbox.commands.command_handle import CommandExitException
+
+
+@pytest.fixture
+def sandbox(provider: str) -> Sandbox:
+    sbx = Sandbox.create(timeout=300, metadata={"suite": "e2b", "provider": provider})
+    yield sbx
+    sbx.kill()
+
+
+def test_create_info_list_timeout_and_kill(provider: str) -> None:
+    sbx = Sandbox.create(timeout=120, metadata={"case": "lifecycle"}, envs={"GREETING": "hi"})
+    assert sbx.sandbox_id.startswith("sb-")
+    info = sbx.get_info()
+    assert info.state.value == "running"
+    assert info.metadata == {"case": "lifecycle"}
+    assert info.template_id == "base"
+    assert sbx.commands.run("echo $GREETING").stdout == "hi\n"
+    before = info.end_at
+    sbx.set_timeout(600)
+    assert sbx.get_info().end_at > before
+    listed = Sandbox.list(query=None).next_items()
+    assert sbx.sandbox_id in [s.sandbox_id for s in listed]
+    from e2b import SandboxQuery
+
+    by_metadata = Sandbox.list(query=SandboxQuery(metadata={"case": "lifecycle"})).next_items()
+    assert [s.sandbox_id for s in by_metadata] == [sbx.sandbox_id]
+    assert Sandbox.list(query=SandboxQuery(metadata={"case": "other"})).next_items() == []
+    assert sbx.is_running()
+    assert sbx.kill() is True
+    assert Sandbox.kill(sbx.sandbox_id) is False  # gone already
+    assert sbx.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]
+
+
+def test_commands_foreground_callbacks_and_exit_codes(sandbox: Sandbox) -> None:
+    result = sandbox.commands.run("echo out; echo err >&2")
+    assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 0)
+    chunks: list[str] = []
+    started = time.monotonic()
+    arrived: list[float] = []
+
+    def on_stdout(text: str) -> None:
+        chunks.append(text)
+        arrived.append(time.monotonic() - started)
+
+    sandbox.commands.run("echo a; sleep 1; echo b", on_stdout=on_stdout)
+    assert "".join(chunks) == "a\nb\n"
+    assert arrived[0] < arrived[-1] - 0.5, f"output was not streamed: {arrived}"
+    with pytest.raises(CommandExitException) as failed:
+        sandbox.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3
+    assert failed.value.stdout == "partial\n"
+    sandbox.files.make_dir("/work")
+    # (a mock sandbox is a directory of the host: its pwd is that directory's host path)
+    assert sandbox.commands.run("pwd", cwd="/work").stdout.endswith("/work\n")
+    assert sandbox.commands.run("echo $A", envs={"A": "from-envs"}).stdout == "from-envs\n"
+
+
+def test_background_connect_stdin_list_and_kill(sandbox: Sandbox) -> None:
+    handle = sandbox.commands.run("sleep 1; echo done", background=True)
+    attached = sandbox.commands.connect(handle.pid)
+    result = attached.wait()
+    assert result.stdout == "done\n" and result.exit_code == 0
+
+    reader = sandbox.commands.run("read line; echo got:$line", background=True, stdin=True)
+    sandbox.commands.send_stdin(reader.pid, "piped\n")
+    assert reader.wait().stdout == "got:piped\n"
+
+    sleeper = sandbox.commands.run("sleep 600", background=True)
+    assert sleeper.pid in [p.pid for p in sandbox.commands.list()]
+    assert sandbox.commands.kill(sleeper.pid) is True
+    with pytest.raises(CommandExitException):
+        sleeper.wait()
+    assert sleeper.pid not in [p.pid for p in sandbox.commands.list()]
+    assert sandbox.commands.kill(sleeper.pid) is False  # not running any more
+
+
+def test_files(sandbox: Sandbox) -> None:
+    info = sandbox.files.write("/tmp/e2b/hello.txt", "hello from e2b\n")
+    assert info.path == "/tmp/e2b/hello.txt" and info.name == "hello.txt"
+    assert sandbox.files.read("/tmp/e2b/hello.txt") == "hello from e2b\n"
+    assert sandbox.files.read("/tmp/e2b/hello.txt", format="bytes") == b"hello from e2b\n"
+    payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    sandbox.files.write("/tmp/e2b/blob.bin", payload)
+    assert sandbox.files.read("/tmp/e2b/blob.bin", format="bytes") == payload
+    sandbox.files.write_files([{"path": "/tmp/e2b/m/a.txt", "data": "a"}, {"path": "/tmp/e2b/m/b.txt", "data": "b"}])
+    names = sorted(e.name for e in sandbox.files.list("/tmp/e2b"))
+    assert names == ["blob.bin", "hello.txt", "m"]
+    deep = sorted(e.path for e in sandbox.files.list("/tmp/e2b", depth=2))
+    assert "/tmp/e2b/m/a.txt" in deep and "/tmp/e2b/m" in deep
+    assert sandbox.files.exists("/tmp/e2b/hello.txt")
+    assert not sandbox.files.exists("/tmp/e2b/missing.txt")
+    renamed = sandbox.files.rename("/tmp/e2b/hello.txt", "/tmp/e2b/renamed.txt")
+    assert renamed.path == "/tmp/e2b/renamed.txt" and renamed.type.value == "file"
+    assert not sandbox.files.exists("/tmp/e2b/hello.txt")
+    assert sandbox.files.make_dir("/tmp/e2b/new/deeper") is True
+    assert sandbox.files.make_dir("/tmp/e2b/new/deeper") is False  # exists
+    assert sandbox.files.get_info("/tmp/e2b/new/deeper").type.value == "dir"
+    sandbox.files.remove("/tmp/e2b/renamed.txt")
+    assert not sandbox.files.exists("/tmp/e2b/renamed.txt")
+    # What the SDK wrote, the sandbox's own commands see.
+    # (relative to /: a mock sandbox's commands see the host's absolute paths)
+    assert sandbox.commands.run("cat tmp/e2b/m/a.txt tmp/e2b/m/b.txt", cwd="/").stdout == "ab"
+    from e2b.exceptions import FileNotFoundException
+
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.read("/tmp/e2b/missing.txt")
+
+
+def test_pause_and_resume(sandbox: Sandbox) -> None:
+    sandbox.files.write("/tmp/state.txt", "kept")
+    assert sandbox.pause() is True
+    assert sandbox.get_info().state.value == "paused"
+    assert Sandbox.list(query=None).next_items()[0].state.value in ("running", "paused")
+    assert sandbox.pause() is False  # already paused
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.get_info().state.value == "running"
+    assert resumed.files.read("/tmp/state.txt") == "kept"
+    assert resumed.commands.run("echo back").stdout == "back\n"
+
+
+def test_unknown_sandboxes_raise_the_sdks_errors(provider: str) -> None:
+    unknown = "sb-0000000000000000"
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(unknown)
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(unknown)
+    assert Sandbox.kill(unknown) is False
+    with pytest.raises(SandboxException):
+        Sandbox.set_timeout(unknown, 60)
