@@ -137,3 +137,45 @@ def test_unknown_sandboxes_raise_the_sdks_errors(provider: str) -> None:
     assert Sandbox.kill(unknown) is False
     with pytest.raises(SandboxException):
         Sandbox.set_timeout(unknown, 60)
+
+
+def test_watch_dir_polled_and_streamed(sandbox: Sandbox) -> None:
+    import asyncio
+
+    from e2b import AsyncSandbox
+    from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
+
+    sandbox.files.make_dir("/tmp/watched")
+    sandbox.files.write("/tmp/watched/before.txt", "x")
+    # The sync SDK polls a watcher (CreateWatcher, GetWatcherEvents, RemoveWatcher).
+    handle = sandbox.files.watch_dir("/tmp/watched")
+    sandbox.files.write("/tmp/watched/new.txt", "new")
+    sandbox.files.remove("/tmp/watched/before.txt")
+    seen: set[tuple[str, FilesystemEventType]] = set()
+    deadline = time.monotonic() + 10
+    while {("new.txt", FilesystemEventType.CREATE), ("before.txt", FilesystemEventType.REMOVE)} - seen:
+        assert time.monotonic() < deadline, f"events seen: {seen}"
+        seen |= {(e.name, e.type) for e in handle.get_new_events()}
+        time.sleep(0.2)
+    handle.stop()
+
+    # The async SDK streams them (WatchDir).
+    async def streamed() -> set[tuple[str, FilesystemEventType]]:
+        events: set[tuple[str, FilesystemEventType]] = set()
+        arrived = asyncio.Event()
+
+        def on_event(event: object) -> None:
+            events.add((event.name, event.type))  # type: ignore[attr-defined]
+            if ("sub/deep.txt", FilesystemEventType.CREATE) in events:
+                arrived.set()
+
+        async_sandbox = await AsyncSandbox.connect(sandbox.sandbox_id)
+        watch = await async_sandbox.files.watch_dir("/tmp/watched", on_event=on_event, recursive=True)
+        await async_sandbox.files.write("/tmp/watched/sub/deep.txt", "deep")
+        try:
+            await asyncio.wait_for(arrived.wait(), 10)
+        finally:
+            await watch.stop()
+        return events
+
+    assert ("sub/deep.txt", FilesystemEventType.CREATE) in asyncio.run(streamed())

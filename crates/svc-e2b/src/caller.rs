@@ -17,6 +17,8 @@ pub(crate) struct E2b {
     pub(crate) plane: ControlPlane,
     /// Per sandbox: whether it has `/bin/bash` (the SDKs run commands through it).
     shells: Arc<Mutex<HashMap<String, bool>>>,
+    /// The directory watches the SDK polls.
+    pub(crate) watchers: crate::watch::Watchers,
 }
 
 /// A caller of a sandbox's in-sandbox services.
@@ -36,6 +38,7 @@ impl E2b {
         E2b {
             plane,
             shells: Arc::default(),
+            watchers: crate::watch::Watchers::default(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! `filesystem.Filesystem` on svc's file API: `Stat`, `ListDir` (to any depth), `MakeDir`,
-//! `Move`, `Remove`. Directory watching (`WatchDir`, `CreateWatcher`, ...) has no svc
-//! primitive yet and answers `unimplemented`.
+//! `Move`, `Remove`, and directory watches (`WatchDir`, `CreateWatcher`, `GetWatcherEvents`,
+//! `RemoveWatcher`, by listing: `watch.rs`).
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -33,6 +33,19 @@ struct MoveRequest {
     destination: String,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WatchRequest {
+    path: String,
+    recursive: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct WatcherRequest {
+    watcher_id: String,
+}
+
 /// The deepest `ListDir` served (each level is one listing per directory).
 const MAX_DEPTH: u32 = 16;
 
@@ -43,17 +56,22 @@ pub(crate) async fn call(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if method == "WatchDir" {
-        let err = RpcError::new(
-            "unimplemented",
-            "watching directories is not supported by svc yet",
-        );
-        return connect::stream_error(&err);
-    }
     let caller = match e2b.sandbox_caller(&headers).await {
         Ok(caller) => caller,
+        Err(err) if method == "WatchDir" => return connect::stream_error(&err.into()),
         Err(err) => return RpcError::from(err).into_response(),
     };
+    if method == "WatchDir" {
+        let keepalive = crate::process::keepalive(&headers);
+        let watched = match connect::first_message::<WatchRequest>(body).await {
+            Ok(request) => {
+                let dir = caller.resolve(&request.path, None);
+                crate::watch::stream(e2b, caller, dir, request.recursive, keepalive).await
+            }
+            Err(err) => Err(err),
+        };
+        return watched.map_or_else(|err| connect::stream_error(&err), connect::stream);
+    }
     let body = match axum::body::to_bytes(body, 1024 * 1024).await {
         Ok(body) => body,
         Err(err) => return RpcError::invalid(err.to_string()).into_response(),
@@ -126,10 +144,28 @@ async fn unary(
             plane.delete_file(principal, sandbox, &path, true).await?;
             Ok(json!({}))
         }
-        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(RpcError::new(
-            "unimplemented",
-            "watching directories is not supported by svc yet",
-        )),
+        "CreateWatcher" => {
+            let request: WatchRequest = connect::request(body)?;
+            let dir = caller.resolve(&request.path, None);
+            let id = e2b
+                .watchers
+                .create(e2b, caller, dir, request.recursive)
+                .await?;
+            Ok(json!({"watcherId": id}))
+        }
+        "GetWatcherEvents" => {
+            let request: WatcherRequest = connect::request(body)?;
+            let events = e2b
+                .watchers
+                .events(e2b, caller, &request.watcher_id)
+                .await?;
+            Ok(json!({"events": events}))
+        }
+        "RemoveWatcher" => {
+            let request: WatcherRequest = connect::request(body)?;
+            e2b.watchers.remove(caller, &request.watcher_id)?;
+            Ok(json!({}))
+        }
         other => Err(RpcError::new(
             "unimplemented",
             format!("filesystem.Filesystem/{other} is not a method svc serves"),

@@ -5,7 +5,8 @@
 //!   `.../pause`, `.../connect`), on svc's spawn pipeline, lifecycle and templates;
 //! - `files.rs`, `process.rs`, `filesystem.rs`: what E2B's in-sandbox daemon (envd) serves,
 //!   routed by the `E2b-Sandbox-Id` header: `/health`, `/files`, and the connect-rpc services
-//!   `process.Process` (on exec jobs) and `filesystem.Filesystem` (on the file API);
+//!   `process.Process` (on exec jobs) and `filesystem.Filesystem` (on the file API, with
+//!   directory watches by listing, `watch.rs`);
 //! - `connect.rs`: the connect-rpc wire format (JSON codec, 5-byte envelopes for streams).
 //!
 //! Everything goes through [`svc_control::ControlPlane`], so quotas, policies, events and
@@ -18,6 +19,7 @@ mod files;
 mod filesystem;
 mod process;
 mod rest;
+mod watch;
 
 use axum::routing::{get, post};
 use axum::Router;

@@ -115,6 +115,16 @@ fn pid_of(exec_id: &ExecId) -> u32 {
     (u32::from_str_radix(hex, 16).unwrap_or(1) & 0x7fff_ffff).max(1)
 }
 
+/// How often an idle stream must say it is alive (`Keepalive-Ping-Interval`, seconds).
+pub(crate) fn keepalive(headers: &HeaderMap) -> Duration {
+    headers
+        .get("keepalive-ping-interval")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|secs| *secs > 0)
+        .map_or(DEFAULT_KEEPALIVE, Duration::from_secs)
+}
+
 /// `POST /process.Process/{method}`.
 pub(crate) async fn call(
     State(e2b): State<E2b>,
@@ -128,12 +138,7 @@ pub(crate) async fn call(
         Err(err) if streaming => return connect::stream_error(&err.into()),
         Err(err) => return RpcError::from(err).into_response(),
     };
-    let keepalive = headers
-        .get("keepalive-ping-interval")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|secs| *secs > 0)
-        .map_or(DEFAULT_KEEPALIVE, Duration::from_secs);
+    let keepalive = keepalive(&headers);
     let timeout = headers
         .get("connect-timeout-ms")
         .and_then(|v| v.to_str().ok())
