@@ -14,6 +14,8 @@ use svc_core::config::Config;
 /// A running server and what it needs.
 pub struct TestServer {
     pub base: String,
+    /// The E2B listener's base URL, when `e2b.enabled`.
+    pub e2b: Option<String>,
     /// The server's clock; TTL tests move it instead of sleeping.
     pub clock: Arc<svc_core::ManualClock>,
     pub client: reqwest::Client,
@@ -96,6 +98,7 @@ impl TestServer {
             .expect("server starts");
         TestServer {
             base: format!("http://{}", server.addr),
+            e2b: server.e2b_addr.map(|addr| format!("http://{addr}")),
             clock,
             client: reqwest::Client::new(),
             server: Some(server),

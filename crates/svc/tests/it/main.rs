@@ -13,6 +13,7 @@ mod cli;
 mod client;
 mod concurrency;
 mod docker;
+mod e2b;
 mod egress;
 mod events;
 mod exec;

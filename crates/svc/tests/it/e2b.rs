@@ -1,0 +1,315 @@
+//! The E2B listener's wire format, black-box over HTTP (decisions §20): E2B's REST answers and
+//! error bodies, connect-rpc unary and streaming framing, routing by `E2b-Sandbox-Id`,
+//! sandbox access tokens with authentication, and svc's governance applying unchanged. The
+//! unmodified SDKs run against it in `clients/e2b` (see sdks.rs).
+
+use base64::Engine;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::harness::TestServer;
+
+const API_KEY: &str = "e2b-api-key-0123456789abcdef0123";
+
+async fn e2b_server(adjust: impl FnOnce(&mut svc_core::config::Config)) -> (TestServer, String) {
+    let server = TestServer::start_with(|c| {
+        c.e2b.enabled = true;
+        c.e2b.port = 0;
+        adjust(c);
+    })
+    .await;
+    let e2b = server.e2b.clone().expect("the E2B listener runs");
+    (server, e2b)
+}
+
+/// One connect-rpc envelope.
+fn envelope(flags: u8, json: &Value) -> Vec<u8> {
+    let payload = json.to_string().into_bytes();
+    let mut framed = vec![flags];
+    framed.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&payload);
+    framed
+}
+
+/// The envelopes of a streamed answer: (flags, JSON).
+fn envelopes(mut body: &[u8]) -> Vec<(u8, Value)> {
+    let mut out = Vec::new();
+    while body.len() >= 5 {
+        let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        out.push((
+            body[0],
+            serde_json::from_slice(&body[5..5 + length]).unwrap(),
+        ));
+        body = &body[5 + length..];
+    }
+    assert!(body.is_empty(), "a torn envelope");
+    out
+}
+
+async fn create(
+    client: &reqwest::Client,
+    e2b: &str,
+    key: Option<&str>,
+    body: Value,
+) -> reqwest::Response {
+    let mut request = client.post(format!("{e2b}/v2/sandboxes")).json(&body);
+    if let Some(key) = key {
+        request = request.header("X-API-KEY", key);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_e2b_listener_speaks_e2bs_rest_and_connect_rpc() {
+    let (server, e2b) = e2b_server(|c| c.defaults.max_sandboxes = 1).await;
+    let client = &server.client;
+    let created = create(
+        client,
+        &e2b,
+        None,
+        json!({"templateID": "base", "timeout": 60, "metadata": {"a": "1"}, "envVars": {"E": "x"}}),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let body: Value = created.json().await.unwrap();
+    let id = body["sandboxID"].as_str().unwrap().to_owned();
+    assert_eq!(body["templateID"], "base");
+    assert_eq!(body["envdVersion"], "0.5.7");
+    assert!(body["clientID"].is_string());
+    assert!(
+        body.get("envdAccessToken").is_none(),
+        "no token without authentication"
+    );
+    // The sandbox is svc's own: its API and events see it, its TTL is E2B's timeout.
+    let own = server.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(own.status, 200);
+    assert_eq!(own.body["metadata"]["a"], "1");
+    let lifetime = chrono::DateTime::parse_from_rfc3339(own.body["expires_at"].as_str().unwrap())
+        .unwrap()
+        - chrono::DateTime::parse_from_rfc3339(own.body["created_at"].as_str().unwrap()).unwrap();
+    assert!((55..=65).contains(&lifetime.num_seconds()), "{lifetime}");
+    // svc's quota applies to E2B's creates: E2B's error body, an integer code.
+    let refused = create(client, &e2b, None, json!({"templateID": "base"})).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let refusal: Value = refused.json().await.unwrap();
+    assert_eq!(refusal["code"], 429);
+    assert!(refusal["message"].is_string());
+    let missing = client
+        .get(format!("{e2b}/sandboxes/sb-0000000000000000"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert_eq!(missing.json::<Value>().await.unwrap()["code"], 404);
+    let detail: Value = client
+        .get(format!("{e2b}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for key in [
+        "templateID",
+        "sandboxID",
+        "clientID",
+        "startedAt",
+        "endAt",
+        "cpuCount",
+        "memoryMB",
+        "diskSizeMB",
+        "state",
+        "envdVersion",
+    ] {
+        assert!(detail.get(key).is_some(), "{key} missing from {detail}");
+    }
+    assert_eq!(detail["state"], "running");
+
+    // In-sandbox calls: routed by E2b-Sandbox-Id, connect-rpc with the JSON codec.
+    let rpc = |method: &str| client.post(format!("{e2b}/process.Process/{method}"));
+    let unrouted = rpc("List").json(&json!({})).send().await.unwrap();
+    assert_eq!(unrouted.status(), StatusCode::BAD_REQUEST);
+    let unrouted: Value = unrouted.json().await.unwrap();
+    assert_eq!(unrouted["code"], "invalid_argument");
+    assert!(unrouted["message"]
+        .as_str()
+        .unwrap()
+        .contains("E2b-Sandbox-Id"));
+    let listed: Value = rpc("List")
+        .header("E2b-Sandbox-Id", &id)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed, json!({"processes": []}));
+    let start = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi $E; exit 7"]}, "stdin": false});
+    let started = rpc("Start")
+        .header("E2b-Sandbox-Id", &id)
+        .header("Content-Type", "application/connect+json")
+        .header("Connect-Protocol-Version", "1")
+        .body(envelope(0, &start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), StatusCode::OK);
+    assert_eq!(
+        started.headers()["content-type"],
+        "application/connect+json"
+    );
+    let events = envelopes(&started.bytes().await.unwrap());
+    assert!(
+        events[0].1["event"]["start"]["pid"].as_u64().unwrap() > 0,
+        "{events:?}"
+    );
+    let stdout: Vec<u8> = events
+        .iter()
+        .filter_map(|(_, e)| e["event"]["data"]["stdout"].as_str())
+        .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
+        .collect();
+    assert_eq!(stdout, b"hi x\n", "the sandbox's env reaches the command");
+    let end = &events[events.len() - 2];
+    assert_eq!(end.1["event"]["end"]["exitCode"], 7);
+    assert_eq!(
+        events.last().unwrap(),
+        &(2, json!({})),
+        "the end-stream envelope"
+    );
+    // A stream's error comes in its end-stream envelope with 200.
+    let gone = rpc("Start")
+        .header("E2b-Sandbox-Id", "sb-0000000000000000")
+        .header("Content-Type", "application/connect+json")
+        .body(envelope(0, &start))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), StatusCode::OK);
+    let gone = envelopes(&gone.bytes().await.unwrap());
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].0, 2);
+    assert_eq!(gone[0].1["error"]["code"], "unavailable");
+    assert!(gone[0].1["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("was not found"));
+
+    // Pause, a second pause (409), connect resumes (201), kill (204), then not found (404).
+    let pause = |c: &reqwest::Client| c.post(format!("{e2b}/sandboxes/{id}/pause")).send();
+    assert_eq!(
+        pause(client).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["state"],
+        "paused"
+    );
+    let again = pause(client).await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(again.json::<Value>().await.unwrap()["code"], 409);
+    let resumed = client
+        .post(format!("{e2b}/v2/sandboxes/{id}/connect"))
+        .json(&json!({"timeout": 30}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::CREATED);
+    let running = client
+        .post(format!("{e2b}/v2/sandboxes/{id}/connect"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(running.status(), StatusCode::OK);
+    let killed = client
+        .delete(format!("{e2b}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), StatusCode::NO_CONTENT);
+    let killed = client
+        .delete(format!("{e2b}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), StatusCode::NOT_FOUND);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_authentication_e2b_needs_the_api_key_and_sandboxes_their_access_token() {
+    let (server, e2b) = e2b_server(|c| {
+        c.auth.enabled = true;
+        c.auth.api_key = svc_core::config::Secret::new(API_KEY);
+    })
+    .await;
+    let client = &server.client;
+    let anonymous = create(client, &e2b, None, json!({"templateID": "base"})).await;
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous.json::<Value>().await.unwrap()["code"], 401);
+    let mut tokens = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let created = create(client, &e2b, Some(API_KEY), json!({"templateID": "base"})).await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+        let body: Value = created.json().await.unwrap();
+        tokens.push(
+            body["envdAccessToken"]
+                .as_str()
+                .expect("a token with authentication")
+                .to_owned(),
+        );
+        ids.push(body["sandboxID"].as_str().unwrap().to_owned());
+    }
+    let list = |id: &str, token: Option<&str>| {
+        let mut request = client
+            .post(format!("{e2b}/process.Process/List"))
+            .header("E2b-Sandbox-Id", id)
+            .json(&json!({}));
+        if let Some(token) = token {
+            request = request.header("X-Access-Token", token);
+        }
+        request.send()
+    };
+    let without = list(&ids[0], None).await.unwrap();
+    assert_eq!(without.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        without.json::<Value>().await.unwrap()["code"],
+        "unauthenticated"
+    );
+    let foreign = list(&ids[0], Some(&tokens[1])).await.unwrap();
+    assert_eq!(
+        foreign.status(),
+        StatusCode::UNAUTHORIZED,
+        "a token opens its own sandbox only"
+    );
+    let own = list(&ids[0], Some(&tokens[0])).await.unwrap();
+    assert_eq!(own.status(), StatusCode::OK);
+    // The API key does not open in-sandbox services, and a token does not open the control plane.
+    let by_key = client
+        .get(format!("{e2b}/files?path=/x"))
+        .header("E2b-Sandbox-Id", &ids[0])
+        .header("X-API-KEY", API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_key.status(), StatusCode::UNAUTHORIZED);
+    let by_token = client
+        .get(format!("{e2b}/sandboxes/{}", ids[0]))
+        .header("X-Access-Token", &tokens[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_token.status(), StatusCode::UNAUTHORIZED);
+    for id in &ids {
+        let killed = client
+            .delete(format!("{e2b}/sandboxes/{id}"))
+            .header("X-API-KEY", API_KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(killed.status(), StatusCode::NO_CONTENT);
+    }
+    server.shutdown().await;
+}
