@@ -31,6 +31,8 @@ ensure_clients() {
     [ "$major" -ge 20 ] || die "the TypeScript SDK needs Node 20 or newer; node here is $(node --version 2>&1)"
     (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
         || die "npm ci in clients/typescript failed"
+    (cd clients/e2b/js && npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
+        || die "npm ci in clients/e2b/js (the pinned e2b npm package) failed"
     # The SDK suites fail instead of skipping when their toolchains are missing.
     export SVC_TEST_REQUIRE_CLIENTS=1
 }

@@ -88,8 +88,21 @@ fn e2b_python_sdk_suite() {
     let mut command = Command::new("bash");
     command
         .arg(clients().join("e2b/check.sh"))
+        .arg("python")
         .env("PYTHON", python);
     run_suite("E2B Python SDK suite", command);
+}
+
+/// The unmodified e2b npm package (`clients/e2b/js`, pinned) against the E2B listener, on mock
+/// and docker.
+#[test]
+fn e2b_js_sdk_suite() {
+    if !clients().join("e2b/js/node_modules/e2b").is_dir() {
+        return missing("clients/e2b/js/node_modules (npm ci)");
+    }
+    let mut command = Command::new("bash");
+    command.arg(clients().join("e2b/check.sh")).arg("js");
+    run_suite("E2B npm SDK suite", command);
 }
 
 /// The TypeScript SDK: `tsc`, the OpenAPI types being current, and node's test runner.
