@@ -179,3 +179,38 @@ def test_watch_dir_polled_and_streamed(sandbox: Sandbox) -> None:
         return events
 
     assert ("sub/deep.txt", FilesystemEventType.CREATE) in asyncio.run(streamed())
+
+
+def test_pty_and_streamed_uploads(sandbox: Sandbox) -> None:
+    import io
+    import threading
+
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+    output = bytearray()
+    done = threading.Event()
+
+    def on_pty(data: bytes) -> None:
+        output.extend(data)
+        if b"pty-3" in output:
+            done.set()
+
+    def read() -> None:
+        try:
+            terminal.wait(on_pty=on_pty)
+        except Exception:  # the kill below ends it with a non-zero code
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    sandbox.pty.resize(terminal.pid, PtySize(rows=40, cols=120))
+    sandbox.pty.send_stdin(terminal.pid, b"echo pty-$((1+2))\n")
+    assert done.wait(15), f"terminal output: {bytes(output)!r}"
+    assert sandbox.pty.kill(terminal.pid) is True
+    reader.join(15)
+
+    # A file object goes up as one raw body (envd >= 0.5.7), streamed.
+    payload = b"streamed " * 50_000
+    sandbox.files.write("/tmp/streamed.bin", io.BytesIO(payload))
+    assert sandbox.files.read("/tmp/streamed.bin", format="bytes") == payload

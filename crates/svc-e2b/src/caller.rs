@@ -19,6 +19,8 @@ pub(crate) struct E2b {
     shells: Arc<Mutex<HashMap<String, bool>>>,
     /// The directory watches the SDK polls.
     pub(crate) watchers: crate::watch::Watchers,
+    /// The execs started with a terminal here (their output is E2B's `pty` data on reattach).
+    pub(crate) terminals: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// A caller of a sandbox's in-sandbox services.
@@ -39,6 +41,7 @@ impl E2b {
             plane,
             shells: Arc::default(),
             watchers: crate::watch::Watchers::default(),
+            terminals: Arc::default(),
         }
     }
 
@@ -86,6 +89,23 @@ impl E2b {
             sandbox,
             user,
         })
+    }
+
+    /// Notes that `exec` runs with a terminal (kept while this listener runs: a terminal
+    /// reattached after a restart reports its output as stdout).
+    pub(crate) fn remember_terminal(&self, exec: &svc_core::ExecId) {
+        self.terminals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(exec.to_string());
+    }
+
+    /// Whether `exec` was started with a terminal here.
+    pub(crate) fn is_terminal(&self, exec: &svc_core::ExecId) -> bool {
+        self.terminals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(exec.as_str())
     }
 
     /// Whether the caller's sandbox has `/bin/bash`, asked once per sandbox.

@@ -161,18 +161,9 @@ pub(crate) async fn call(
                 Ok(record) => {
                     let offsets = [record.stdout_bytes, record.stderr_bytes];
                     let pid = pid_of(&record.exec_id);
-                    // A terminal's output comes as stdout; which it was is not recorded, so a
-                    // reattached terminal's output is reported as stdout.
-                    let events = follow(
-                        &e2b,
-                        &caller,
-                        record.exec_id,
-                        pid,
-                        offsets,
-                        false,
-                        keepalive,
-                    )
-                    .await;
+                    let tty = e2b.is_terminal(&record.exec_id);
+                    let events =
+                        follow(&e2b, &caller, record.exec_id, pid, offsets, tty, keepalive).await;
                     events.map_or_else(|err| connect::stream_error(&err), connect::stream)
                 }
                 Err(err) => connect::stream_error(&err),
@@ -390,6 +381,9 @@ async fn start(
         .plane
         .exec_background(&caller.principal, &caller.sandbox, command)
         .await?;
+    if tty.is_some() {
+        e2b.remember_terminal(&exec_id);
+    }
     Ok((pid_of(&exec_id), exec_id, tty.is_some()))
 }
 
