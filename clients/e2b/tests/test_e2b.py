@@ -36,6 +36,8 @@ def test_create_info_list_timeout_and_kill(provider: str) -> None:
     assert [s.sandbox_id for s in by_metadata] == [sbx.sandbox_id]
     assert Sandbox.list(query=SandboxQuery(metadata={"case": "other"})).next_items() == []
     assert sbx.is_running()
+    metrics = sbx.get_metrics()
+    assert len(metrics) == 1 and metrics[0].cpu_count >= 1 and metrics[0].mem_total > 0
     assert sbx.kill() is True
     assert Sandbox.kill(sbx.sandbox_id) is False  # gone already
     assert sbx.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]

@@ -37,6 +37,7 @@ pub fn router(plane: ControlPlane) -> Router {
         .route("/sandboxes", post(rest::create).get(rest::list_v1))
         .route("/sandboxes/{id}", get(rest::info).delete(rest::kill))
         .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
+        .route("/sandboxes/{id}/metrics", get(rest::metrics))
         .route("/sandboxes/{id}/refreshes", post(rest::refresh))
         .route("/sandboxes/{id}/pause", post(rest::pause))
         .route("/sandboxes/{id}/resume", post(rest::resume))
