@@ -62,3 +62,57 @@ impl E2bError {
         }
     }
 }
+
+/// A JSON body whose rejection is an E2B error (not axum's plain text).
+pub(crate) struct E2bJson<T>(pub(crate) T);
+
+impl<T, S> axum::extract::FromRequest<S> for E2bJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = E2bError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, E2bError> {
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+        if body.is_empty() {
+            return serde_json::from_slice(b"{}")
+                .map(E2bJson)
+                .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")));
+        }
+        serde_json::from_slice(&body)
+            .map(E2bJson)
+            .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))
+    }
+}
+
+/// A query whose rejection is an E2B error.
+pub(crate) struct E2bQuery<T>(pub(crate) T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for E2bQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = E2bError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, E2bError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(query)| E2bQuery(query))
+            .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))
+    }
+}
+
+/// A method the route does not have.
+pub(crate) async fn method_not_allowed(method: axum::http::Method, uri: Uri) -> E2bError {
+    E2bError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}

@@ -3,7 +3,7 @@
 //! streamed through svc's file API.
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use svc_control::{ByteStream, ProviderError};
 
 use crate::caller::{E2b, SandboxCaller};
-use crate::error::E2bError;
+use crate::error::{E2bError, E2bQuery};
 
 /// `?path=&username=` of `/files`.
 #[derive(Debug, Default, Deserialize)]
@@ -31,7 +31,7 @@ pub(crate) async fn health() -> StatusCode {
 /// `GET /files`: the file's bytes.
 pub(crate) async fn read(
     State(e2b): State<E2b>,
-    Query(query): Query<FileQuery>,
+    E2bQuery(query): E2bQuery<FileQuery>,
     headers: HeaderMap,
 ) -> Result<Response, E2bError> {
     let caller = e2b.sandbox_caller(&headers).await.map_err(E2bError::envd)?;
@@ -49,7 +49,7 @@ pub(crate) async fn read(
 /// raw body to `?path=`. Answers what was written.
 pub(crate) async fn write(
     State(e2b): State<E2b>,
-    Query(query): Query<FileQuery>,
+    E2bQuery(query): E2bQuery<FileQuery>,
     request: Request,
 ) -> Result<Json<Vec<Value>>, E2bError> {
     let caller = e2b

@@ -48,6 +48,7 @@ pub fn router(plane: ControlPlane) -> Router {
         .route("/process.Process/{method}", post(process::call))
         .route("/filesystem.Filesystem/{method}", post(filesystem::call))
         .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
 }

@@ -3,7 +3,7 @@
 //! `timeout` (seconds) is the sandbox's TTL; `set_timeout` and `connect` move `expires_at`;
 //! pause and resume are svc's. Ended sandboxes are not found here, as on E2B.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,7 +17,7 @@ use svc_core::template::TemplateSpawnRequest;
 use svc_core::{Error, GoDuration};
 
 use crate::caller::E2b;
-use crate::error::E2bError;
+use crate::error::{E2bError, E2bJson, E2bQuery};
 
 /// The metadata key that keeps the E2B template name a sandbox was asked for.
 const TEMPLATE_KEY: &str = "e2b.template";
@@ -126,7 +126,7 @@ fn ttl(seconds: u64) -> GoDuration {
 pub(crate) async fn create(
     State(e2b): State<E2b>,
     headers: HeaderMap,
-    Json(body): Json<NewSandbox>,
+    E2bJson(body): E2bJson<NewSandbox>,
 ) -> Result<Response, E2bError> {
     let principal = e2b.api_caller(&headers).await?;
     let name = body.template_id.unwrap_or_else(|| "base".to_owned());
@@ -237,7 +237,7 @@ async fn listed(
 pub(crate) async fn list(
     State(e2b): State<E2b>,
     headers: HeaderMap,
-    Query(query): Query<ListQuery>,
+    E2bQuery(query): E2bQuery<ListQuery>,
 ) -> Result<Response, E2bError> {
     let states: Vec<&str> = match query.state.as_deref() {
         Some(list) if !list.is_empty() => list.split(',').map(str::trim).collect(),
@@ -273,7 +273,7 @@ pub(crate) async fn list(
 pub(crate) async fn list_v1(
     State(e2b): State<E2b>,
     headers: HeaderMap,
-    Query(query): Query<ListQuery>,
+    E2bQuery(query): E2bQuery<ListQuery>,
 ) -> Result<Json<Vec<Value>>, E2bError> {
     let sandboxes = listed(&e2b, &headers, query.metadata.as_deref(), &["running"]).await?;
     Ok(Json(sandboxes.iter().map(detail).collect()))
@@ -306,7 +306,7 @@ pub(crate) async fn set_timeout(
     State(e2b): State<E2b>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Json(body): Json<TimeoutBody>,
+    E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<StatusCode, E2bError> {
     let principal = e2b.api_caller(&headers).await?;
     let seconds = body
@@ -324,10 +324,10 @@ pub(crate) async fn refresh(
     State(e2b): State<E2b>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    body: Option<Json<TimeoutBody>>,
+    E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<StatusCode, E2bError> {
     let principal = e2b.api_caller(&headers).await?;
-    let seconds = body.and_then(|Json(b)| b.duration).unwrap_or(60);
+    let seconds = body.duration.unwrap_or(60);
     live(&e2b, &principal, &id).await?;
     e2b.plane
         .extend_sandbox(&principal, &id, ExtendRequest { ttl: ttl(seconds) })
@@ -360,7 +360,7 @@ pub(crate) async fn connect(
     State(e2b): State<E2b>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    body: Option<Json<TimeoutBody>>,
+    E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<Response, E2bError> {
     let principal = e2b.api_caller(&headers).await?;
     let mut sandbox = live(&e2b, &principal, &id).await?;
@@ -368,7 +368,7 @@ pub(crate) async fn connect(
     if resumed {
         sandbox = e2b.plane.resume_sandbox(&principal, &id).await?;
     }
-    if let Some(seconds) = body.and_then(|Json(b)| b.timeout) {
+    if let Some(seconds) = body.timeout {
         let wanted = chrono::Utc::now()
             + chrono::Duration::seconds(i64::try_from(seconds).unwrap_or(i64::MAX / 2));
         if wanted > sandbox.expires_at {
@@ -414,7 +414,7 @@ pub(crate) async fn resume(
     State(e2b): State<E2b>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    body: Option<Json<TimeoutBody>>,
+    E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<Response, E2bError> {
     let principal = e2b.api_caller(&headers).await?;
     let sandbox = live(&e2b, &principal, &id).await?;
@@ -424,7 +424,7 @@ pub(crate) async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
-    connect(State(e2b), headers, Path(id), body).await
+    connect(State(e2b), headers, Path(id), E2bJson(body)).await
 }
 
 #[cfg(test)]

@@ -94,6 +94,37 @@ async fn the_e2b_listener_speaks_e2bs_rest_and_connect_rpc() {
     let refusal: Value = refused.json().await.unwrap();
     assert_eq!(refusal["code"], 429);
     assert!(refusal["message"].is_string());
+    // Every error on this listener is E2B's shape, axum's own rejections included.
+    let malformed = client
+        .post(format!("{e2b}/v2/sandboxes"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(malformed.json::<Value>().await.unwrap()["code"], 400);
+    let wrong_method = client
+        .put(format!("{e2b}/v2/sandboxes"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong_method.json::<Value>().await.unwrap()["code"], 405);
+    let no_route = client
+        .get(format!("{e2b}/no/such/route"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_route.status(), StatusCode::NOT_FOUND);
+    assert_eq!(no_route.json::<Value>().await.unwrap()["code"], 404);
+    let bad_query = client
+        .get(format!("{e2b}/v2/sandboxes?limit=many"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_query.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(bad_query.json::<Value>().await.unwrap()["code"], 400);
     let missing = client
         .get(format!("{e2b}/sandboxes/sb-0000000000000000"))
         .send()
