@@ -18,6 +18,7 @@ mod error;
 mod files;
 mod filesystem;
 mod process;
+mod ratelimit;
 mod rest;
 mod watch;
 
@@ -50,5 +51,9 @@ pub fn router(plane: ControlPlane) -> Router {
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ratelimit::limit,
+        ))
         .with_state(state)
 }

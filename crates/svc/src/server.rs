@@ -167,7 +167,9 @@ async fn serve_e2b(plane: &ControlPlane) -> anyhow::Result<Option<SocketAddr>> {
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let app = svc_e2b::router(plane.clone());
+    // The client address keys rate-limit buckets, as on the API.
+    let app = svc_e2b::router(plane.clone())
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let shutdown = plane.shutdown_token().clone();
     tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {

@@ -344,3 +344,38 @@ async fn with_authentication_e2b_needs_the_api_key_and_sandboxes_their_access_to
     }
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn svcs_rate_limit_applies_on_the_e2b_listener() {
+    let (server, e2b) = e2b_server(|c| {
+        c.rate_limit.enabled = true;
+        c.rate_limit.requests_per_minute = 60;
+        c.rate_limit.burst = 2;
+    })
+    .await;
+    let mut statuses = Vec::new();
+    let mut last = None;
+    for _ in 0..3 {
+        let reply = server
+            .client
+            .get(format!("{e2b}/v2/sandboxes"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(reply.status().as_u16());
+        last = Some(reply);
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let refused = last.unwrap();
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(refused.json::<Value>().await.unwrap()["code"], 429);
+    // Health is not limited (the SDKs probe it after a failure).
+    let health = server
+        .client
+        .get(format!("{e2b}/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::NO_CONTENT);
+    server.shutdown().await;
+}
