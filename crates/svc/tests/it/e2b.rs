@@ -269,6 +269,58 @@ async fn the_e2b_listener_speaks_e2bs_rest_and_connect_rpc() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2b_templates_are_svc_templates_by_name() {
+    let (server, e2b) = e2b_server(|_| {}).await;
+    let template = json!({"name": "data-science", "image": "python:3.12", "memory_mb": 1024, "metadata": {"team": "ml"}});
+    assert_eq!(server.post("/templates", template).await.status, 201);
+    let created = create(
+        &server.client,
+        &e2b,
+        None,
+        json!({"templateID": "data-science", "timeout": 120, "metadata": {"run": "7"}}),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let body: Value = created.json().await.unwrap();
+    assert_eq!(body["templateID"], "data-science");
+    let id = body["sandboxID"].as_str().unwrap();
+    let own = server.get(&format!("/sandboxes/{id}")).await.body;
+    assert_eq!(own["template"], "data-science");
+    assert_eq!(own["image"], "python:3.12");
+    assert_eq!(own["memory_mb"], 1024);
+    // The template's metadata and the create's both; E2B sees its own keys only.
+    let detail: Value = server
+        .client
+        .get(format!("{e2b}/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["metadata"], json!({"team": "ml", "run": "7"}));
+    assert_eq!(detail["templateID"], "data-science");
+    // An unknown template name spawns the default image, and is shown as asked.
+    let other: Value = create(
+        &server.client,
+        &e2b,
+        None,
+        json!({"templateID": "no-such-template"}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let other_id = other["sandboxID"].as_str().unwrap();
+    assert_eq!(other["templateID"], "no-such-template");
+    assert_eq!(
+        server.get(&format!("/sandboxes/{other_id}")).await.body["image"],
+        server.config.defaults.image
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_authentication_e2b_needs_the_api_key_and_sandboxes_their_access_token() {
     let (server, e2b) = e2b_server(|c| {
         c.auth.enabled = true;
