@@ -37,4 +37,18 @@ pub struct SandboxFilter {
     pub tenant_id: Option<String>,
     /// Exact worker.
     pub worker_id: Option<String>,
+    /// Only sandboxes after this one in the list order (keyset paging: stable while others
+    /// are created or destroyed).
+    pub after: Option<SandboxPosition>,
+    /// At most this many.
+    pub limit: Option<u32>,
+}
+
+/// A place in the list order, newest first: `created_at` descending, then `id` descending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPosition {
+    /// The sandbox's creation time.
+    pub created_at: svc_core::Timestamp,
+    /// Its ID, which orders sandboxes created in the same microsecond.
+    pub id: String,
 }

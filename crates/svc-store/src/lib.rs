@@ -23,7 +23,7 @@ use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat
 use svc_core::{SandboxId, Timestamp};
 
 pub use error::StoreError;
-pub use filter::{SandboxFilter, StateFilter};
+pub use filter::{SandboxFilter, SandboxPosition, StateFilter};
 
 /// The two ways a sandbox ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,8 @@ use svc_core::{GoDuration, SandboxId, Timestamp};
 use svc_store::postgres::PgStore;
 use svc_store::sqlite::SqliteStore;
 use svc_store::{
-    EndedState, SandboxFilter, StateFilter, Store, StoreError, StoreResult, StoredExec,
+    EndedState, SandboxFilter, SandboxPosition, StateFilter, Store, StoreError, StoreResult,
+    StoredExec,
 };
 
 /// A backend under test and whatever keeps it alive (a temporary directory, a schema).
@@ -1062,6 +1063,65 @@ async fn a_sandbox_lease_lives_with_its_record(store: &dyn Store) {
     );
 }
 
+/// Keyset pages: every sandbox exactly once, newest first, while others are created and
+/// destroyed between the pages; ties on `created_at` ordered by ID.
+async fn pages_are_stable_under_inserts_and_deletes(store: &dyn Store) {
+    let mut made = Vec::new();
+    for i in 0..10 {
+        // Two per second: equal creation times are told apart by ID.
+        let sandbox = sandbox("pager", "mock", at(100 + i / 2));
+        store.insert_sandbox(&sandbox).await.unwrap();
+        made.push(sandbox);
+    }
+    let page = |after: Option<SandboxPosition>| SandboxFilter {
+        owner_id: Some("pager".into()),
+        after,
+        limit: Some(3),
+        ..SandboxFilter::default()
+    };
+    let whole: Vec<SandboxId> = store
+        .list_sandboxes(&SandboxFilter {
+            owner_id: Some("pager".into()),
+            ..SandboxFilter::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(whole.len(), 10);
+    let mut seen = Vec::new();
+    let mut after = None;
+    let mut round = 0;
+    loop {
+        let items = store.list_sandboxes(&page(after.clone())).await.unwrap();
+        assert!(items.len() <= 3);
+        if items.is_empty() {
+            break;
+        }
+        let last = items.last().unwrap();
+        after = Some(SandboxPosition {
+            created_at: last.created_at,
+            id: last.id.to_string(),
+        });
+        seen.extend(items.iter().map(|s| s.id.clone()));
+        // Meanwhile: a newer sandbox appears (before the cursor), and one not yet listed goes.
+        store
+            .insert_sandbox(&sandbox("pager", "mock", at(500 + round)))
+            .await
+            .unwrap();
+        if round == 0 {
+            destroy(store, &whole[9], at(600)).await;
+        }
+        round += 1;
+    }
+    let expected: Vec<SandboxId> = whole[..9].to_vec();
+    assert_eq!(
+        seen, expected,
+        "no sandbox skipped or repeated, newest first"
+    );
+}
+
 async fn worker_and_state_filters(store: &dyn Store) {
     let mine = creating("", at(1));
     let mut theirs = creating("", at(2));
@@ -1773,6 +1833,7 @@ macro_rules! all_cases {
                 lease_races_have_one_winner_and_growing_generations,
                 a_sandbox_lease_lives_with_its_record,
                 worker_and_state_filters,
+                pages_are_stable_under_inserts_and_deletes,
                 reassigning_a_sandbox_has_one_winner,
                 tenant_crud,
                 deleting_a_tenant_deletes_its_members_and_policies,

@@ -116,7 +116,9 @@ const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
      AND (:provider IS NULL OR provider = :provider) \
      AND (:tenant IS NULL OR tenant_id = :tenant) \
      AND (:worker IS NULL OR worker_id = :worker) \
-     ORDER BY created_at DESC, id DESC";
+     AND (:after_created IS NULL OR created_at < :after_created \
+          OR (created_at = :after_created AND id < :after_id)) \
+     ORDER BY created_at DESC, id DESC LIMIT :limit";
 
 /// The states that hold a runtime and so count toward capacity.
 const HOLDS_RUNTIME: &str = "state IN ('creating', 'running', 'paused')";
@@ -399,6 +401,10 @@ impl Store for SqliteStore {
                             ":provider": filter.provider,
                             ":tenant": filter.tenant_id,
                             ":worker": filter.worker_id,
+                            ":after_created": filter.after.as_ref().map(|a| crate::rows::micros(a.created_at)),
+                            ":after_id": filter.after.as_ref().map(|a| a.id.clone()),
+                            // SQLite reads a negative limit as none.
+                            ":limit": filter.limit.map_or(-1, i64::from),
                         },
                         read::<SandboxRow>,
                     )
