@@ -634,7 +634,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Lists sandboxes, newest first. */
+        /**
+         * Lists sandboxes, newest first, a page at a time (`limit`, then `cursor` from
+         *     `X-Next-Cursor` until an answer has none).
+         */
         get: operations["list_sandboxes"];
         put?: never;
         /** Spawns a sandbox. */
@@ -5613,6 +5616,10 @@ export interface operations {
     list_sandboxes: {
         parameters: {
             query?: {
+                /** @description The next page: the `X-Next-Cursor` of the previous answer (with the same filters). */
+                cursor?: string;
+                /** @description A page of at most this many, 1 to 1000 (default 1000). */
+                limit?: number;
                 /** @description Only this owner's sandboxes. */
                 owner_id?: string;
                 /** @description Only this provider's sandboxes. */
@@ -5632,13 +5639,15 @@ export interface operations {
             /** @description Sandboxes */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Sandbox"][];
                 };
             };
-            /** @description Invalid filter */
+            /** @description Invalid filter, limit or cursor */
             400: {
                 headers: {
                     [name: string]: unknown;

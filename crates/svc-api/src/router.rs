@@ -64,6 +64,8 @@ fn cors(origins: &[String]) -> CorsLayer {
         // Streamed and WebSocket execs name their exec only here; a browser client needs it
         // to reattach.
         HeaderName::from_static("x-exec-id"),
+        // Paged lists name their next page only here.
+        HeaderName::from_static("x-next-cursor"),
     ];
     let layer = CorsLayer::new()
         .allow_methods(Any)

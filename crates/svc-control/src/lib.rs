@@ -51,7 +51,7 @@ pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSu
 pub use queue::QueueStats;
 pub use reconcile::{ReconcileReport, RECONCILE_INTERVAL};
 pub use recover::RecoveryReport;
-pub use sandboxes::ListSandboxes;
+pub use sandboxes::{ListSandboxes, SandboxPage, MAX_PAGE};
 pub use svc_core::access::{Action, Role};
 pub use svc_provider::SandboxStats;
 pub use svc_provider::SnapshotInfo;

@@ -1,7 +1,8 @@
 //! `/sandboxes`: spawn, list, get, destroy, prune, extend, pause, resume, stats.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use svc_control::{ControlPlane, ListSandboxes, SandboxStats};
@@ -25,6 +26,10 @@ struct ListQuery {
     owner_id: Option<String>,
     /// Only this provider's sandboxes.
     provider: Option<String>,
+    /// A page of at most this many, 1 to 1000 (default 1000).
+    limit: Option<u32>,
+    /// The next page: the `X-Next-Cursor` of the previous answer (with the same filters).
+    cursor: Option<String>,
 }
 
 /// `DELETE /sandboxes` body.
@@ -69,22 +74,37 @@ async fn admission(
     Ok(Json(plane.check_admission(&principal, request).await?))
 }
 
-/// Lists sandboxes, newest first.
+/// Lists sandboxes, newest first, a page at a time (`limit`, then `cursor` from
+/// `X-Next-Cursor` until an answer has none).
 #[utoipa::path(operation_id = "list_sandboxes", get, path = "/sandboxes", tag = "sandboxes", params(ListQuery),
-    responses((status = 200, description = "Sandboxes", body = Vec<Sandbox>),
-        (status = 400, description = "Invalid filter", body = ErrorBody)))]
+    responses((status = 200, description = "Sandboxes", body = Vec<Sandbox>,
+            headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
+        (status = 400, description = "Invalid filter, limit or cursor", body = ErrorBody)))]
 async fn list(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> Result<Json<Vec<Sandbox>>, ApiError> {
+) -> Result<Response, ApiError> {
     let query = ListSandboxes {
         state: query.state,
         owner_id: query.owner_id,
         provider: query.provider,
+        limit: query.limit,
+        cursor: query.cursor,
     };
-    Ok(Json(plane.list_sandboxes(&principal, query).await?))
+    let page = plane.list_sandboxes_page(&principal, query).await?;
+    let mut response = Json(page.sandboxes).into_response();
+    if let Some(cursor) = page
+        .next_cursor
+        .and_then(|c| HeaderValue::from_str(&c).ok())
+    {
+        response.headers_mut().insert(NEXT_CURSOR.clone(), cursor);
+    }
+    Ok(response)
 }
+
+/// The response header naming the next page of a list.
+pub(crate) static NEXT_CURSOR: HeaderName = HeaderName::from_static("x-next-cursor");
 
 /// Destroys every expired sandbox now.
 #[utoipa::path(delete, path = "/sandboxes", tag = "sandboxes",

@@ -530,3 +530,74 @@ async fn stats_sample_a_running_command_and_refuse_ended_sandboxes() {
         .assert_error(404, "not_found");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn lists_page_with_cursors_without_skipping_or_repeating() {
+    let server = TestServer::start().await;
+    for _ in 0..7 {
+        server.spawn(json!({"provider": "mock"})).await;
+    }
+    let whole: Vec<String> = server
+        .get("/sandboxes")
+        .await
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(whole.len(), 7);
+    let mut seen = Vec::new();
+    let mut path = "/sandboxes?limit=3".to_owned();
+    let mut pages = 0;
+    loop {
+        let page = server.get(&path).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        pages += 1;
+        seen.extend(
+            page.body
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_owned()),
+        );
+        if pages == 1 {
+            // Between pages: a new sandbox (newer than the cursor) and the oldest one destroyed.
+            server.spawn(json!({"provider": "mock"})).await;
+            assert_eq!(
+                server
+                    .delete(&format!("/sandboxes/{}", whole[6]))
+                    .await
+                    .status,
+                200
+            );
+        }
+        let Some(cursor) = page.headers.get("x-next-cursor") else {
+            break;
+        };
+        path = format!("/sandboxes?limit=3&cursor={}", cursor.to_str().unwrap());
+    }
+    assert_eq!(
+        seen,
+        whole[..6].to_vec(),
+        "newest first, none skipped or repeated"
+    );
+    assert_eq!(pages, 2);
+
+    // The default page is 1000; a bad limit or cursor is 400 naming it.
+    let first = server.get("/sandboxes?limit=2").await;
+    let cursor = first.headers["x-next-cursor"].to_str().unwrap().to_owned();
+    for (query, field) in [
+        (format!("limit=2&state=all&cursor={cursor}"), "cursor"),
+        ("cursor=not-a-cursor".to_owned(), "cursor"),
+        ("limit=0".to_owned(), "limit"),
+        ("limit=1001".to_owned(), "limit"),
+    ] {
+        let refused = server.get(&format!("/sandboxes?{query}")).await;
+        let message = refused.assert_error(400, "bad_request");
+        assert!(message.contains(field), "{query}: {message}");
+    }
+    let unpaged = server.get("/sandboxes?limit=1000").await;
+    assert!(unpaged.headers.get("x-next-cursor").is_none());
+    server.shutdown().await;
+}
