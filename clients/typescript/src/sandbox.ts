@@ -81,13 +81,24 @@ export class Sandbox {
     return SvcClient.from(options).json("sandboxGet", { params: { id } });
   }
 
-  /** Sandboxes, newest first (by default the non-destroyed ones). */
+  /**
+   * Sandboxes, newest first (by default the non-destroyed ones): every page, following the
+   * server's `X-Next-Cursor` (it answers at most 1000 at a time).
+   */
   static async list(options: SandboxListOptions = {}): Promise<SandboxInfo[]> {
     const query: Record<string, string> = {};
     if (options.state) query.state = options.state;
     if (options.owner_id) query.owner_id = options.owner_id;
     if (options.provider) query.provider = options.provider;
-    return SvcClient.from(options).json("sandboxList", { query });
+    const client = SvcClient.from(options);
+    const sandboxes: SandboxInfo[] = [];
+    for (;;) {
+      const response = await client.fetch("sandboxList", { query });
+      sandboxes.push(...((await response.json()) as SandboxInfo[]));
+      const cursor = response.headers.get("x-next-cursor");
+      if (!cursor) return sandboxes;
+      query.cursor = cursor;
+    }
   }
 
   /** Destroys a sandbox by ID (idempotent: a destroyed one answers `destroyed` again). */

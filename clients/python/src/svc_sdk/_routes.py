@@ -36,7 +36,7 @@ ROUTES: dict[str, Route] = {
     # sandboxes
     "sandbox_create": Route("POST", "/sandboxes", body="SpawnRequest"),
     "sandbox_admission": Route("POST", "/sandboxes/admission", body="SpawnRequest"),
-    "sandbox_list": Route("GET", "/sandboxes", query=("state", "owner_id", "provider")),
+    "sandbox_list": Route("GET", "/sandboxes", query=("state", "owner_id", "provider", "limit", "cursor")),
     "sandbox_prune": Route("DELETE", "/sandboxes"),
     "sandbox_get": Route("GET", "/sandboxes/{id}"),
     "sandbox_destroy": Route("DELETE", "/sandboxes/{id}"),

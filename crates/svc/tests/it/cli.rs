@@ -958,3 +958,51 @@ fn the_client_asks_for_egress_and_preview_tokens() {
     assert!(text.contains("\nexpires "), "{text}");
     stop(server);
 }
+
+/// `svc sandbox ls` follows `X-Next-Cursor`: all 1,001 sandboxes, not the first page of 1,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_ls_lists_every_page() {
+    use futures::StreamExt;
+    let server = crate::harness::TestServer::start().await;
+    let url = server.url("/sandboxes");
+    let created = futures::stream::iter(0..1001)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), url.clone());
+            async move {
+                let reply = client
+                    .post(&url)
+                    .json(&serde_json::json!({"provider": "mock"}))
+                    .send()
+                    .await
+                    .unwrap();
+                reply.status().as_u16()
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<u16>>()
+        .await;
+    assert!(created.iter().all(|s| *s == 201), "{created:?}");
+    let base = server.base.clone();
+    let listed = tokio::task::spawn_blocking(move || {
+        svc()
+            .args(["--json", "sandbox", "ls", "--url", &base])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let array: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let ids: std::collections::BTreeSet<&str> = array
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1001, "every page, no sandbox twice");
+    server.shutdown().await;
+}

@@ -350,11 +350,18 @@ class AsyncSvcClient:
         owner_id: str | None = None,
         provider: str | None = None,
     ) -> builtins.list[SandboxInfo]:
-        """Newest first; ``state`` ``running``/``destroyed``/``all``/..., default not destroyed."""
-        data = await self._call(
-            "sandbox_list", query={"state": state, "owner_id": owner_id, "provider": provider}
-        )
-        return [SandboxInfo.from_dict(s) for s in data]
+        """Newest first; ``state`` ``running``/``destroyed``/``all``/..., default not destroyed.
+        Every page: the server answers at most 1000 at a time and names the next page in
+        ``X-Next-Cursor``, which this follows."""
+        query: dict[str, Any] = {"state": state, "owner_id": owner_id, "provider": provider}
+        sandboxes: builtins.list[SandboxInfo] = []
+        while True:
+            response = await self._send(self._build("sandbox_list", None, query=query))
+            sandboxes.extend(SandboxInfo.from_dict(s) for s in response.json())
+            cursor = response.headers.get("x-next-cursor")
+            if not cursor:
+                return sandboxes
+            query = {**query, "cursor": cursor}
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         """Idempotent: destroying a destroyed sandbox succeeds again."""
