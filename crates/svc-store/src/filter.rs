@@ -44,6 +44,19 @@ pub struct SandboxFilter {
     pub limit: Option<u32>,
 }
 
+impl SandboxFilter {
+    /// The keyset bound as both backends' list statements take it: `created_at <= t AND
+    /// (created_at < t OR id < i)`, always present, so the `(created_at, id)` index is sought
+    /// to the page's start rather than scanned from the newest. Without a position it admits
+    /// everything (the largest time; an ID above every ID, which are ASCII).
+    pub(crate) fn keyset(&self) -> (i64, String) {
+        match &self.after {
+            Some(after) => (crate::rows::micros(after.created_at), after.id.clone()),
+            None => (i64::MAX, "\u{7f}".to_owned()),
+        }
+    }
+}
+
 /// A place in the list order, newest first: `created_at` descending, then `id` descending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPosition {

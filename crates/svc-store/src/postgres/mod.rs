@@ -185,7 +185,7 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
          AND ($4::text IS NULL OR provider = $4) \
          AND ($5::text IS NULL OR tenant_id = $5) \
          AND ($6::text IS NULL OR worker_id = $6) \
-         AND ($7::bigint IS NULL OR created_at < $7 OR (created_at = $7 AND id < $8::text)) \
+         AND created_at <= $7::bigint AND (created_at < $7 OR id < $8::text) \
          ORDER BY created_at DESC, id DESC LIMIT $9::bigint"
     ),
     list_expired: format!(
@@ -362,11 +362,7 @@ impl Store for PgStore {
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
         const OP: &str = "list_sandboxes";
         let (state, active_only) = filter.state.condition();
-        let after_created = filter
-            .after
-            .as_ref()
-            .map(|a| crate::rows::micros(a.created_at));
-        let after_id = filter.after.as_ref().map(|a| a.id.clone());
+        let (after_created, after_id) = filter.keyset();
         // PostgreSQL reads LIMIT NULL as none.
         let limit = filter.limit.map(i64::from);
         let client = self.client(OP).await?;

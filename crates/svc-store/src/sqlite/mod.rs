@@ -116,8 +116,7 @@ const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
      AND (:provider IS NULL OR provider = :provider) \
      AND (:tenant IS NULL OR tenant_id = :tenant) \
      AND (:worker IS NULL OR worker_id = :worker) \
-     AND (:after_created IS NULL OR created_at < :after_created \
-          OR (created_at = :after_created AND id < :after_id)) \
+     AND created_at <= :after_created AND (created_at < :after_created OR id < :after_id) \
      ORDER BY created_at DESC, id DESC LIMIT :limit";
 
 /// The states that hold a runtime and so count toward capacity.
@@ -389,6 +388,7 @@ impl Store for SqliteStore {
         self.connections
             .read("list_sandboxes", move |conn| {
                 let (state, active_only) = filter.state.condition();
+                let (after_created, after_id) = filter.keyset();
                 let mut stmt = conn
                     .prepare_cached(&SANDBOX_SQL.list)
                     .map_err(codec::backend("list_sandboxes"))?;
@@ -401,8 +401,8 @@ impl Store for SqliteStore {
                             ":provider": filter.provider,
                             ":tenant": filter.tenant_id,
                             ":worker": filter.worker_id,
-                            ":after_created": filter.after.as_ref().map(|a| crate::rows::micros(a.created_at)),
-                            ":after_id": filter.after.as_ref().map(|a| a.id.clone()),
+                            ":after_created": after_created,
+                            ":after_id": after_id,
                             // SQLite reads a negative limit as none.
                             ":limit": filter.limit.map_or(-1, i64::from),
                         },
@@ -1065,5 +1065,52 @@ impl Store for SqliteStore {
     async fn close(&self) {
         let connections = Arc::clone(&self.connections);
         let _ = tokio::task::spawn_blocking(move || connections.close()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Every page of `GET /sandboxes` seeks the `(created_at, id)` index to its start
+    /// (`SEARCH`), whatever the filters and whether a cursor is given: no page reads the list
+    /// from the newest sandbox.
+    #[tokio::test]
+    async fn sandbox_pages_seek_the_creation_index() {
+        let store = SqliteStore::open(":memory:").await.unwrap();
+        let plans = store
+            .connections
+            .read("explain", |conn| {
+                let mut plans = Vec::new();
+                for (owner, after) in [(None, i64::MAX), (Some("alice"), 1_000_000)] {
+                    let mut stmt = conn
+                        .prepare(&format!("EXPLAIN QUERY PLAN {}", SANDBOX_SQL.list))
+                        .unwrap();
+                    let detail: Vec<String> = stmt
+                        .query_map(
+                            rusqlite::named_params! {
+                                ":state": None::<String>, ":active_only": true,
+                                ":owner": owner, ":provider": None::<String>,
+                                ":tenant": None::<String>, ":worker": None::<String>,
+                                ":after_created": after, ":after_id": "sb-1", ":limit": 101,
+                            },
+                            |row| row.get::<_, String>(3),
+                        )
+                        .unwrap()
+                        .map(Result::unwrap)
+                        .collect();
+                    plans.push(detail.join("; "));
+                }
+                Ok(plans)
+            })
+            .await
+            .unwrap();
+        for plan in plans {
+            assert!(
+                plan.contains("SEARCH sandboxes USING INDEX sandboxes_by_created (created_at<?)"),
+                "{plan}"
+            );
+        }
     }
 }

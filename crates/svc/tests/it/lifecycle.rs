@@ -535,6 +535,8 @@ async fn stats_sample_a_running_command_and_refuse_ended_sandboxes() {
 async fn lists_page_with_cursors_without_skipping_or_repeating() {
     let server = TestServer::start().await;
     for _ in 0..7 {
+        // (the test clock stands still unless moved: each sandbox a second newer)
+        server.clock.advance(Duration::from_secs(1));
         server.spawn(json!({"provider": "mock"})).await;
     }
     let whole: Vec<String> = server
@@ -563,6 +565,7 @@ async fn lists_page_with_cursors_without_skipping_or_repeating() {
         );
         if pages == 1 {
             // Between pages: a new sandbox (newer than the cursor) and the oldest one destroyed.
+            server.clock.advance(Duration::from_secs(1));
             server.spawn(json!({"provider": "mock"})).await;
             assert_eq!(
                 server
