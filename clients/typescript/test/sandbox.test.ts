@@ -197,3 +197,20 @@ eachProvider(server, "sandbox", (provider) => {
     }
   });
 });
+
+it("lists every page: the server answers 1000 at a time, Sandbox.list follows X-Next-Cursor", async () => {
+  const ids = new Set<string>();
+  const make = async () => {
+    const sandbox = await Sandbox.create({ provider: "mock", owner_id: "ts-pager", ttl: "10m" });
+    ids.add(sandbox.id);
+  };
+  for (let i = 0; i < 1001; i += 8) await Promise.all(Array.from({ length: Math.min(8, 1001 - i) }, make));
+  try {
+    const listed = (await Sandbox.list({ owner_id: "ts-pager" })).map((s) => s.id);
+    assert.equal(listed.length, 1001);
+    assert.deepEqual(new Set(listed), ids);
+  } finally {
+    const all = [...ids];
+    for (let i = 0; i < all.length; i += 16) await Promise.all(all.slice(i, i + 16).map((id) => Sandbox.destroy(id)));
+  }
+});
