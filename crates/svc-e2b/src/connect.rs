@@ -107,9 +107,21 @@ pub(crate) fn request<T: DeserializeOwned>(body: &[u8]) -> Result<T, RpcError> {
     serde_json::from_slice(body).map_err(|e| RpcError::invalid(format!("malformed request: {e}")))
 }
 
-/// A unary answer.
-pub(crate) fn reply<T: Serialize>(message: &T) -> Response {
-    axum::Json(message).into_response()
+/// A unary call: its body read (up to the largest message), `handle`d, and answered with the
+/// reply or the error.
+pub(crate) async fn unary<F, Fut>(body: Body, handle: F) -> Response
+where
+    F: FnOnce(Bytes) -> Fut,
+    Fut: std::future::Future<Output = Result<serde_json::Value, RpcError>>,
+{
+    let body = match axum::body::to_bytes(body, MAX_MESSAGE).await {
+        Ok(body) => body,
+        Err(err) => return RpcError::invalid(err.to_string()).into_response(),
+    };
+    match handle(body).await {
+        Ok(reply) => axum::Json(reply).into_response(),
+        Err(err) => err.into_response(),
+    }
 }
 
 /// One envelope.

@@ -94,7 +94,7 @@ pub(crate) async fn write(
                 }
             }
         };
-        let stream: ByteStream = Box::pin(tokio_stream_of(receiver));
+        let stream: ByteStream = Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver));
         let (result, ()) = tokio::join!(upload(&e2b, &caller, &path, stream), pump);
         result?;
         written.push(entry(&path));
@@ -106,12 +106,6 @@ pub(crate) async fn write(
         ));
     }
     Ok(Json(written))
-}
-
-fn tokio_stream_of<T: Send + 'static>(
-    mut receiver: tokio::sync::mpsc::Receiver<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
 }
 
 async fn upload(

@@ -72,14 +72,10 @@ pub(crate) async fn call(
         };
         return watched.map_or_else(|err| connect::stream_error(&err), connect::stream);
     }
-    let body = match axum::body::to_bytes(body, 1024 * 1024).await {
-        Ok(body) => body,
-        Err(err) => return RpcError::invalid(err.to_string()).into_response(),
-    };
-    match unary(&e2b, &caller, &method, &body).await {
-        Ok(reply) => connect::reply(&reply),
-        Err(err) => err.into_response(),
-    }
+    connect::unary(body, |body| async move {
+        unary(&e2b, &caller, &method, &body).await
+    })
+    .await
 }
 
 async fn unary(

@@ -175,14 +175,10 @@ pub(crate) async fn call(
             Err(err) => connect::stream_error(&err),
         },
         _ => {
-            let body = match axum::body::to_bytes(body, 16 * 1024 * 1024).await {
-                Ok(body) => body,
-                Err(err) => return RpcError::invalid(err.to_string()).into_response(),
-            };
-            match unary(&e2b, &caller, &method, &body).await {
-                Ok(reply) => connect::reply(&reply),
-                Err(err) => err.into_response(),
-            }
+            connect::unary(body, |body| async move {
+                unary(&e2b, &caller, &method, &body).await
+            })
+            .await
         }
     }
 }

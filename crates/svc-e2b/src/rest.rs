@@ -308,13 +308,23 @@ pub(crate) async fn set_timeout(
     Path(id): Path<String>,
     E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<StatusCode, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let seconds = body
         .timeout
         .ok_or_else(|| E2bError::new(StatusCode::BAD_REQUEST, "timeout: is required"))?;
-    live(&e2b, &principal, &id).await?;
+    end_in(&e2b, &headers, &id, seconds).await
+}
+
+/// Sandbox `id` (a live one) ends `seconds` from now: 204.
+async fn end_in(
+    e2b: &E2b,
+    headers: &HeaderMap,
+    id: &str,
+    seconds: u64,
+) -> Result<StatusCode, E2bError> {
+    let principal = e2b.api_caller(headers).await?;
+    live(e2b, &principal, id).await?;
     e2b.plane
-        .extend_sandbox(&principal, &id, ExtendRequest { ttl: ttl(seconds) })
+        .extend_sandbox(&principal, id, ExtendRequest { ttl: ttl(seconds) })
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -326,13 +336,7 @@ pub(crate) async fn refresh(
     Path(id): Path<String>,
     E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<StatusCode, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
-    let seconds = body.duration.unwrap_or(60);
-    live(&e2b, &principal, &id).await?;
-    e2b.plane
-        .extend_sandbox(&principal, &id, ExtendRequest { ttl: ttl(seconds) })
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
+    end_in(&e2b, &headers, &id, body.duration.unwrap_or(60)).await
 }
 
 /// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already.
