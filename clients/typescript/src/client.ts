@@ -151,6 +151,22 @@ export class SvcClient {
   }
 
   /** Sends a request and parses the JSON answer (typed by the route's OpenAPI response). */
+  /** Every item of a list route: each page, following `X-Next-Cursor` until an answer has none. */
+  async listAll<N extends RouteName, T extends unknown[] = Extract<ResponseOf<N>, unknown[]>>(
+    name: N,
+    options: RequestOptions<N> = {},
+  ): Promise<T> {
+    const query: Record<string, unknown> = { ...(options.query ?? {}) };
+    const items: unknown[] = [];
+    for (;;) {
+      const response = await this.fetch(name, { ...options, query: query as QueryOf<N> });
+      items.push(...((await response.json()) as unknown[]));
+      const cursor = response.headers.get("x-next-cursor");
+      if (!cursor) return items as T;
+      query.cursor = cursor;
+    }
+  }
+
   async json<N extends RouteName, T = ResponseOf<N>>(name: N, options: RequestOptions<N> = {}): Promise<T> {
     const response = await this.fetch(name, options);
     const text = await response.text();

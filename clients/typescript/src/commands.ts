@@ -154,9 +154,9 @@ export class Commands {
     return new CommandHandle(this, execId, options);
   }
 
-  /** The sandbox's execs, newest first (foreground ones too). */
+  /** The sandbox's execs, newest first (foreground ones too): every page. */
   async list(): Promise<ExecRecord[]> {
-    return this.client.json("execList", { params: { id: this.sandboxId } });
+    return this.client.listAll("execList", { params: { id: this.sandboxId } });
   }
 
   /** One exec's record. */

@@ -9,7 +9,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The audit log, newest first; `format=csv` answers `text/csv` with a header row. */
+        /**
+         * The audit log, newest first, a page at a time (`limit`, then `cursor` from
+         *     `X-Next-Cursor`); `format=csv` answers `text/csv` with a header row.
+         */
         get: operations["audit"];
         put?: never;
         post?: never;
@@ -547,7 +550,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every owner quota, by owner ID. */
+        /** Owner quotas, by owner ID, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`). */
         get: operations["list_quotas"];
         put?: never;
         post?: never;
@@ -712,7 +715,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The sandbox's execs, newest first: running ones and the last 100 ended. */
+        /**
+         * The sandbox's execs, newest first: running ones and the last 100 ended, a page at a time
+         *     (`limit`, then `cursor` from `X-Next-Cursor`).
+         */
         get: operations["list_execs"];
         put?: never;
         post?: never;
@@ -1084,7 +1090,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every template, by name. */
+        /** Templates, by name, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`). */
         get: operations["list_templates"];
         put?: never;
         /** Creates a template; omitted fields take the server defaults. */
@@ -1172,7 +1178,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every registered worker, by ID, with `stale` computed now. */
+        /**
+         * Registered workers, by ID, with `stale` computed now, a page at a time (`limit`, then
+         *     `cursor` from `X-Next-Cursor`).
+         */
         get: operations["list_workers"];
         put?: never;
         post?: never;
@@ -2802,6 +2811,8 @@ export interface operations {
                 action?: string;
                 /** @description Exact actor (an OIDC subject, `api-key`, `admin-api-key`, `anonymous`). */
                 actor?: string;
+                /** @description The next page: the `X-Next-Cursor` of the previous answer (with the same filters). */
+                cursor?: string;
                 /** @description `json` (default) or `csv`. */
                 format?: string;
                 /** @description 1..=1000, default 100. */
@@ -2822,6 +2833,8 @@ export interface operations {
             /** @description Audit entries (JSON array, or CSV) */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3206,7 +3219,12 @@ export interface operations {
     };
     admin_list_quotas: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The next page: the `X-Next-Cursor` of the previous answer. */
+                cursor?: string;
+                /** @description A page of at most this many, 1 to 1000 (default 1000). */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3216,10 +3234,21 @@ export interface operations {
             /** @description Owner quotas */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["OwnerQuota"][];
+                };
+            };
+            /** @description Invalid limit or cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Authentication is on and no valid API key or bearer token was sent */
@@ -3857,6 +3886,8 @@ export interface operations {
                 action?: string;
                 /** @description Exact actor (an OIDC subject, `api-key`, `admin-api-key`, `anonymous`). */
                 actor?: string;
+                /** @description The next page: the `X-Next-Cursor` of the previous answer (with the same filters). */
+                cursor?: string;
                 /** @description `json` (default) or `csv`. */
                 format?: string;
                 /** @description 1..=1000, default 100. */
@@ -3880,6 +3911,8 @@ export interface operations {
             /** @description Audit entries (JSON array, or CSV) */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5207,7 +5240,12 @@ export interface operations {
     };
     list_quotas: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The next page: the `X-Next-Cursor` of the previous answer. */
+                cursor?: string;
+                /** @description A page of at most this many, 1 to 1000 (default 1000). */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -5217,10 +5255,21 @@ export interface operations {
             /** @description Owner quotas */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["OwnerQuota"][];
+                };
+            };
+            /** @description Invalid limit or cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Authentication is on and no valid API key or bearer token was sent */
@@ -6141,7 +6190,12 @@ export interface operations {
     };
     list_execs: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The next page: the `X-Next-Cursor` of the previous answer. */
+                cursor?: string;
+                /** @description A page of at most this many, 1 to 1000 (default 1000). */
+                limit?: number;
+            };
             header?: never;
             path: {
                 /** @description Sandbox ID */
@@ -6154,10 +6208,21 @@ export interface operations {
             /** @description Exec records */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ExecRecord"][];
+                };
+            };
+            /** @description Invalid limit or cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Authentication is on and no valid API key or bearer token was sent */
@@ -8135,7 +8200,12 @@ export interface operations {
     };
     list_templates: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The next page: the `X-Next-Cursor` of the previous answer. */
+                cursor?: string;
+                /** @description A page of at most this many, 1 to 1000 (default 1000). */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -8145,10 +8215,21 @@ export interface operations {
             /** @description Templates */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Template"][];
+                };
+            };
+            /** @description Invalid limit or cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Authentication is on and no valid API key or bearer token was sent */
@@ -8676,7 +8757,12 @@ export interface operations {
     };
     list_workers: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The next page: the `X-Next-Cursor` of the previous answer. */
+                cursor?: string;
+                /** @description A page of at most this many, 1 to 1000 (default 1000). */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -8686,10 +8772,21 @@ export interface operations {
             /** @description Workers */
             200: {
                 headers: {
+                    /** @description The next page's cursor; absent on the last page */
+                    "X-Next-Cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Worker"][];
+                };
+            };
+            /** @description Invalid limit or cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Authentication is on and no valid API key or bearer token was sent */

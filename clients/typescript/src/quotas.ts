@@ -18,7 +18,7 @@ export class Quotas {
 
   /** Every stored owner quota. */
   async list(): Promise<OwnerQuota[]> {
-    return this.client.json("quotaList");
+    return this.client.listAll("quotaList");
   }
 
   /** Counts only. */

@@ -90,15 +90,7 @@ export class Sandbox {
     if (options.state) query.state = options.state;
     if (options.owner_id) query.owner_id = options.owner_id;
     if (options.provider) query.provider = options.provider;
-    const client = SvcClient.from(options);
-    const sandboxes: SandboxInfo[] = [];
-    for (;;) {
-      const response = await client.fetch("sandboxList", { query });
-      sandboxes.push(...((await response.json()) as SandboxInfo[]));
-      const cursor = response.headers.get("x-next-cursor");
-      if (!cursor) return sandboxes;
-      query.cursor = cursor;
-    }
+    return SvcClient.from(options).listAll("sandboxList", { query });
   }
 
   /** Destroys a sandbox by ID (idempotent: a destroyed one answers `destroyed` again). */

@@ -37,7 +37,7 @@ export class Templates {
   }
 
   async list(): Promise<Template[]> {
-    return this.client.json("templateList");
+    return this.client.listAll("templateList");
   }
 
   async get(name: string): Promise<Template> {

@@ -11,7 +11,7 @@ use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
 use svc_core::sandbox::SpawnRequest;
 use svc_core::worker::{Worker, WorkerStatus};
 use svc_core::{Error, GoDuration};
-use svc_store::SandboxFilter;
+use svc_store::{KeyPage, SandboxFilter};
 
 use crate::queue::{QueueStats, Ticket, Woken};
 use crate::spawn::{Placement, SpawnPlan};
@@ -57,7 +57,7 @@ impl ControlPlane {
         let window = self.config().worker.stale_after.as_std();
         let workers: Vec<svc_core::worker::Worker> = self
             .store()
-            .list_workers()
+            .list_workers(&KeyPage::ALL)
             .await?
             .into_iter()
             .map(|w| w.with_staleness(now, window))
@@ -123,7 +123,7 @@ impl ControlPlane {
         let window = self.config().worker.stale_after.as_std();
         let offering: Vec<Worker> = self
             .store()
-            .list_workers()
+            .list_workers(&KeyPage::ALL)
             .await?
             .into_iter()
             .map(|w| w.with_staleness(now, window))

@@ -4,11 +4,12 @@
 
 use svc_core::access::Action;
 use svc_core::audit::{
-    AuditEntry, AuditFilter, AuditOutcome, DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT,
+    AuditEntry, AuditFilter, AuditOutcome, AuditPosition, DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT,
 };
 use svc_core::tenant::check_tenant_id;
 use svc_core::{Error, Timestamp};
 
+use crate::paging::{self, filter_key, Page, PageRequest};
 use crate::{ControlPlane, Principal};
 
 /// What happened, by whom: one entry before it gets its ID and time.
@@ -43,6 +44,8 @@ pub struct AuditQuery {
     pub until: Option<String>,
     /// 1..=1000, default 100.
     pub limit: Option<String>,
+    /// The next page: the `X-Next-Cursor` of the previous answer (with the same filters).
+    pub cursor: Option<String>,
     /// `json` (default) or `csv`.
     pub format: Option<String>,
 }
@@ -88,7 +91,19 @@ impl AuditQuery {
             since: time_param("since", self.since.as_deref())?,
             until: time_param("until", self.until.as_deref())?,
             limit,
+            after: None,
         })
+    }
+
+    /// The filters as a cursor holds them (`format` is not one: a page may be asked in either).
+    fn filter_key(&self, tenant_id: Option<&str>) -> String {
+        filter_key(&[
+            tenant_id,
+            self.actor.as_deref(),
+            self.action.as_deref(),
+            self.since.as_deref(),
+            self.until.as_deref(),
+        ])
     }
 
     /// Whether CSV was asked for; anything but `json`/`csv` is 400.
@@ -127,14 +142,16 @@ impl ControlPlane {
         }
     }
 
-    /// `GET /admin/audit`: newest first.
+    /// `GET /admin/audit`: a page, newest first.
     pub async fn list_audit(
         &self,
         principal: &Principal,
-        filter: &AuditFilter,
-    ) -> Result<Vec<AuditEntry>, Error> {
+        query: &AuditQuery,
+    ) -> Result<Page<AuditEntry>, Error> {
         self.authorize(principal, Action::ReadAudit)?;
-        Ok(self.store().list_audit(filter).await?)
+        let filter = query.filter()?;
+        let key = query.filter_key(query.tenant_id.as_deref());
+        self.audit_page("/admin/audit", key, query, filter).await
     }
 
     /// `GET /admin/tenants/{tenantID}/audit`: the same, fixed to one tenant.
@@ -142,11 +159,39 @@ impl ControlPlane {
         &self,
         principal: &Principal,
         tenant_id: &str,
-        mut filter: AuditFilter,
-    ) -> Result<Vec<AuditEntry>, Error> {
+        query: &AuditQuery,
+    ) -> Result<Page<AuditEntry>, Error> {
         self.authorize_tenant(principal, tenant_id)?;
+        let mut filter = query.filter()?;
         filter.tenant_id = Some(tenant_id.to_owned());
-        Ok(self.store().list_audit(&filter).await?)
+        let key = query.filter_key(Some(tenant_id));
+        self.audit_page("/admin/tenants/{tenantID}/audit", key, query, filter)
+            .await
+    }
+
+    async fn audit_page(
+        &self,
+        route: &'static str,
+        key: String,
+        query: &AuditQuery,
+        mut filter: AuditFilter,
+    ) -> Result<Page<AuditEntry>, Error> {
+        let page = PageRequest {
+            limit: Some(filter.limit),
+            cursor: query.cursor.clone(),
+        };
+        let paging = page.open::<(i64, String)>(route, key, DEFAULT_AUDIT_LIMIT)?;
+        if let Some((micros, id)) = &paging.after {
+            filter.after = Some(AuditPosition {
+                timestamp: paging::timestamp(*micros)?,
+                id: id.clone(),
+            });
+        }
+        filter.limit = paging.fetch();
+        let entries = self.store().list_audit(&filter).await?;
+        Ok(paging.finish(entries, |entry: &AuditEntry| {
+            (entry.timestamp.timestamp_micros(), entry.id.clone())
+        }))
     }
 }
 

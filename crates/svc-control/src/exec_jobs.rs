@@ -17,6 +17,7 @@ use svc_core::exec::{ExecRecord, ExecStatus};
 use svc_core::{Error, ExecId, SandboxId, Timestamp};
 use svc_provider::{ExecControl, Signal, StdStream, TtySize};
 
+use crate::paging::{Page, PageRequest, MAX_PAGE};
 use crate::{ControlPlane, Principal};
 
 /// Ended execs kept per sandbox.
@@ -331,6 +332,27 @@ impl Job {
     }
 }
 
+/// What a cursor of a sandbox's execs holds: the last exec's start time in microseconds and
+/// its ID.
+fn exec_key(record: &ExecRecord) -> (i64, String) {
+    (
+        record.started_at.timestamp_micros(),
+        record.exec_id.to_string(),
+    )
+}
+
+/// Where the page after `after` starts in `execs` (newest first): just after that exec, or,
+/// when it has been forgotten since, at the first exec that started before it.
+fn resume_at(execs: &[ExecRecord], (micros, id): &(i64, String)) -> usize {
+    match execs.iter().position(|e| e.exec_id.as_str() == id) {
+        Some(index) => index + 1,
+        None => execs
+            .iter()
+            .position(|e| e.started_at.timestamp_micros() < *micros)
+            .unwrap_or(execs.len()),
+    }
+}
+
 /// The execs of every sandbox.
 #[derive(Default)]
 pub(crate) struct ExecJobs {
@@ -383,6 +405,7 @@ impl ExecJobs {
         }
     }
 
+    /// Newest first (the reverse of the order they started in).
     fn list(&self, sandbox: &SandboxId) -> Vec<ExecRecord> {
         let jobs: Vec<Arc<Job>> = self
             .lock()
@@ -402,7 +425,8 @@ impl ExecJobs {
 }
 
 impl ControlPlane {
-    /// `GET /sandboxes/{id}/execs`: newest first.
+    /// A sandbox's execs, newest first (every one: for the E2B listener; the API pages with
+    /// [`ControlPlane::list_execs_page`]).
     pub async fn list_execs(
         &self,
         principal: &Principal,
@@ -411,6 +435,28 @@ impl ControlPlane {
         self.authorize(principal, Action::ReadSandboxes)?;
         let sandbox = self.find_sandbox(principal, id).await?;
         Ok(self.inner.exec_jobs.list(&sandbox.id))
+    }
+
+    /// `GET /sandboxes/{id}/execs`: a page, newest first.
+    pub async fn list_execs_page(
+        &self,
+        principal: &Principal,
+        id: &str,
+        page: PageRequest,
+    ) -> Result<Page<ExecRecord>, Error> {
+        let paging =
+            page.open::<(i64, String)>("/sandboxes/{id}/execs", id.to_owned(), MAX_PAGE)?;
+        let execs = self.list_execs(principal, id).await?;
+        let start = paging
+            .after
+            .as_ref()
+            .map_or(0, |after| resume_at(&execs, after));
+        let fetched = execs
+            .into_iter()
+            .skip(start)
+            .take(paging.fetch() as usize)
+            .collect();
+        Ok(paging.finish(fetched, exec_key))
     }
 
     /// `GET /sandboxes/{id}/execs/{exec_id}`.
@@ -627,6 +673,31 @@ mod tests {
 
     fn record(sandbox: &SandboxId) -> ExecRecord {
         running_record(sandbox)
+    }
+
+    /// A page resumes just after its cursor's exec, or, when that one is gone, at the first
+    /// exec older than it; never at an exec seen before.
+    #[test]
+    fn pages_resume_after_the_cursor_even_when_its_exec_is_gone() {
+        let sandbox = SandboxId::generate();
+        let base = chrono::Utc::now();
+        // Newest first, two of them started in the same microsecond.
+        let execs: Vec<ExecRecord> = [3, 2, 2, 1]
+            .into_iter()
+            .map(|second| ExecRecord {
+                started_at: base + chrono::Duration::seconds(second),
+                ..record(&sandbox)
+            })
+            .collect();
+        let key = |i: usize| exec_key(&execs[i]);
+        assert_eq!(resume_at(&execs, &key(1)), 2, "after the cursor's exec");
+        assert_eq!(resume_at(&execs, &key(3)), 4, "after the last: nothing");
+        let gone = (key(1).0, ExecId::generate().to_string());
+        assert_eq!(
+            resume_at(&execs, &gone),
+            3,
+            "the first older than a forgotten cursor"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod files;
 mod held_leases;
 pub mod identity;
 pub mod observe;
+mod paging;
 mod pause;
 mod plane;
 pub mod pool;
@@ -44,6 +45,7 @@ pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFE
 pub use exec_jobs::ExecReplay;
 pub use files::{Download, DEFAULT_FILE_MODE};
 pub use identity::{Authenticator, Credentials};
+pub use paging::{Page, PageRequest, MAX_PAGE};
 pub use plane::{ControlPlane, ControlPlaneParts};
 pub use pool::{Pool, PoolIdentity, PoolStatus};
 pub use principal::{AuthMethod, Principal, DEFAULT_TENANT};
@@ -51,7 +53,7 @@ pub use providers::{ProviderDetail, ProviderHealth, ProviderRegistry, ProviderSu
 pub use queue::QueueStats;
 pub use reconcile::{ReconcileReport, RECONCILE_INTERVAL};
 pub use recover::RecoveryReport;
-pub use sandboxes::{ListSandboxes, SandboxPage, MAX_PAGE};
+pub use sandboxes::ListSandboxes;
 pub use svc_core::access::{Action, Role};
 pub use svc_provider::SandboxStats;
 pub use svc_provider::SnapshotInfo;

@@ -65,7 +65,7 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Builds the control plane; nothing runs until [`ControlPlane::start_background`].
     pub fn new(parts: ControlPlaneParts) -> Self {
-        let events = EventBus::new(parts.config.events.history_size, Arc::clone(&parts.clock));
+        let events = EventBus::new(&parts.config.events, Arc::clone(&parts.clock));
         let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::new(&parts.config.rate_limit));
         let worker_tokens = crate::identity::WorkerTokens::new(&parts.config.auth);
         let defaults = &parts.config.defaults;

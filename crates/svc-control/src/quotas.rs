@@ -8,6 +8,7 @@ use svc_core::quota::{
 };
 use svc_core::{Error, OwnerId};
 
+use crate::paging::{Page, PageRequest, MAX_PAGE};
 use crate::{ControlPlane, Principal};
 
 /// An owner ID from a path: validated like `X-User-ID`, refused by name.
@@ -37,10 +38,16 @@ impl ControlPlane {
         Ok(global.effective(quota.map(|q| q.limits()).as_ref()))
     }
 
-    /// `GET /quotas`.
-    pub async fn list_quotas(&self, principal: &Principal) -> Result<Vec<OwnerQuota>, Error> {
+    /// `GET /quotas`: a page, by owner.
+    pub async fn list_quotas(
+        &self,
+        principal: &Principal,
+        page: PageRequest,
+    ) -> Result<Page<OwnerQuota>, Error> {
         self.authorize(principal, Action::ReadQuotas)?;
-        Ok(self.store().list_quotas().await?)
+        let paging = page.open::<String>("/quotas", String::new(), MAX_PAGE)?;
+        let quotas = self.store().list_quotas(&paging.key_page()).await?;
+        Ok(paging.finish(quotas, |q: &OwnerQuota| q.owner_id.clone()))
     }
 
     /// `GET /quotas/summary`.

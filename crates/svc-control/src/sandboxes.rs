@@ -13,6 +13,7 @@ use svc_core::worker::{Lease, LeaseAcquire};
 use svc_core::{Error, SandboxId};
 use svc_store::{EndedState, SandboxFilter, SandboxPosition, StateFilter};
 
+use crate::paging::{self, filter_key, Page, PageRequest, MAX_PAGE};
 use crate::spawn::sandbox_event_data;
 use crate::{ControlPlane, Principal};
 
@@ -25,79 +26,18 @@ pub struct ListSandboxes {
     pub owner_id: Option<String>,
     /// Exact provider.
     pub provider: Option<String>,
-    /// A page of at most this many, 1 to [`MAX_PAGE`] (default [`MAX_PAGE`]).
-    pub limit: Option<u32>,
-    /// Where the previous page ended: its `X-Next-Cursor`.
-    pub cursor: Option<String>,
+    /// The page (default and largest: [`MAX_PAGE`]).
+    pub page: PageRequest,
 }
 
-/// The largest page of `GET /sandboxes`, and its default size.
-pub const MAX_PAGE: u32 = 1000;
+/// A sandbox's place in the list: `created_at` in microseconds, then the ID.
+type SandboxKey = (i64, String);
 
-/// One page of sandboxes, newest first.
-#[derive(Debug, Clone)]
-pub struct SandboxPage {
-    /// The sandboxes.
-    pub sandboxes: Vec<Sandbox>,
-    /// The cursor of the next page; `None` after the last.
-    pub next_cursor: Option<String>,
-}
-
-/// What a cursor holds: where its page ended, and the filter it belongs to.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Cursor {
-    /// `created_at` of the last sandbox, in microseconds.
-    t: i64,
-    /// Its ID.
-    i: String,
-    /// The filter (`state|owner_id|provider`).
-    q: String,
-}
-
-fn filter_key(query: &ListSandboxes) -> String {
-    let part = |value: &Option<String>| value.clone().unwrap_or_default();
-    format!(
-        "{}|{}|{}",
-        part(&query.state),
-        part(&query.owner_id),
-        part(&query.provider)
+fn sandbox_key(sandbox: &Sandbox) -> SandboxKey {
+    (
+        sandbox.created_at.timestamp_micros(),
+        sandbox.id.to_string(),
     )
-}
-
-fn encode_cursor(last: &Sandbox, key: String) -> String {
-    use base64::Engine;
-    let cursor = Cursor {
-        t: last.created_at.timestamp_micros(),
-        i: last.id.to_string(),
-        q: key,
-    };
-    let json = serde_json::to_vec(&cursor).unwrap_or_default();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-}
-
-fn decode_cursor(text: &str, key: &str) -> Result<SandboxPosition, Error> {
-    use base64::Engine;
-    let malformed = || {
-        Error::invalid(
-            "cursor",
-            "is not a cursor of GET /sandboxes (use X-Next-Cursor as it came)",
-        )
-    };
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(text)
-        .map_err(|_| malformed())?;
-    let cursor: Cursor = serde_json::from_slice(&raw).map_err(|_| malformed())?;
-    if cursor.q != key {
-        return Err(Error::invalid(
-            "cursor",
-            "belongs to another filter (state, owner_id and provider must stay as they were)",
-        ));
-    }
-    let created_at = chrono::DateTime::from_timestamp_micros(cursor.t).ok_or_else(malformed)?;
-    Ok(SandboxPosition {
-        created_at,
-        id: cursor.i,
-    })
 }
 
 impl ControlPlane {
@@ -167,33 +107,23 @@ impl ControlPlane {
         &self,
         principal: &Principal,
         query: ListSandboxes,
-    ) -> Result<SandboxPage, Error> {
-        let limit = query.limit.unwrap_or(MAX_PAGE);
-        if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be 1 to {MAX_PAGE}, got {limit}"),
-            ));
-        }
-        let key = filter_key(&query);
+    ) -> Result<Page<Sandbox>, Error> {
+        let key = filter_key(&[
+            query.state.as_deref(),
+            query.owner_id.as_deref(),
+            query.provider.as_deref(),
+        ]);
+        let paging = query.page.open::<SandboxKey>("/sandboxes", key, MAX_PAGE)?;
         let mut filter = self.sandbox_filter(principal, &query)?;
-        filter.after = query
-            .cursor
-            .as_deref()
-            .map(|c| decode_cursor(c, &key))
-            .transpose()?;
-        // One more than asked tells whether another page follows.
-        filter.limit = Some(limit + 1);
-        let mut sandboxes = self.store().list_sandboxes(&filter).await?;
-        let more = sandboxes.len() > limit as usize;
-        sandboxes.truncate(limit as usize);
-        let next_cursor = more
-            .then(|| sandboxes.last().map(|last| encode_cursor(last, key)))
-            .flatten();
-        Ok(SandboxPage {
-            sandboxes,
-            next_cursor,
-        })
+        if let Some((micros, id)) = &paging.after {
+            filter.after = Some(SandboxPosition {
+                created_at: paging::timestamp(*micros)?,
+                id: id.clone(),
+            });
+        }
+        filter.limit = Some(paging.fetch());
+        let sandboxes = self.store().list_sandboxes(&filter).await?;
+        Ok(paging.finish(sandboxes, sandbox_key))
     }
 
     fn sandbox_filter(

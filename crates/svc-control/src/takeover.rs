@@ -23,7 +23,7 @@ use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::worker::WorkerStatus;
 use svc_core::Error;
 use svc_provider::RuntimeStatus;
-use svc_store::{SandboxFilter, StateFilter};
+use svc_store::{KeyPage, SandboxFilter, StateFilter};
 
 use crate::reconcile::RuntimeLoss;
 use crate::recover::Resolution;
@@ -41,7 +41,7 @@ impl ControlPlane {
         let window = self.config().worker.stale_after.as_std();
         let dead: Vec<String> = self
             .store()
-            .list_workers()
+            .list_workers(&KeyPage::ALL)
             .await?
             .into_iter()
             .map(|w| w.with_staleness(now, window))

@@ -1,6 +1,7 @@
 //! Templates: named spawn presets. Omitted fields are filled from the server defaults when
 //! saved, so a template always renders complete.
 
+use crate::paging::{Page, PageRequest, MAX_PAGE};
 use crate::{ControlPlane, Principal};
 use svc_core::access::Action;
 use svc_core::admission::check_ttl;
@@ -108,14 +109,20 @@ impl ControlPlane {
         template
     }
 
-    /// `GET /templates`.
-    pub async fn list_templates(&self, principal: &Principal) -> Result<Vec<Template>, Error> {
+    /// `GET /templates`: a page, by name.
+    pub async fn list_templates(
+        &self,
+        principal: &Principal,
+        page: PageRequest,
+    ) -> Result<Page<Template>, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
-        let templates = self.store().list_templates().await?;
-        Ok(templates
+        let paging = page.open::<String>("/templates", String::new(), MAX_PAGE)?;
+        let templates = self.store().list_templates(&paging.key_page()).await?;
+        let templates = templates
             .into_iter()
             .map(|t| self.with_warm_ready(t))
-            .collect())
+            .collect();
+        Ok(paging.finish(templates, |t: &Template| t.name.clone()))
     }
 
     /// `GET /templates/{name}`.

@@ -12,6 +12,7 @@ use svc_core::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::identity::{WorkerToken, WorkerTokenRequest, SCOPE_HEARTBEAT, SCOPE_LEASE};
+use crate::paging::{Page, PageRequest, MAX_PAGE};
 use crate::{ControlPlane, Principal};
 
 /// What a single-node server can do (decisions §11).
@@ -91,18 +92,24 @@ impl ControlPlane {
         }
     }
 
-    /// `GET /workers`.
-    pub async fn list_workers(&self, principal: &Principal) -> Result<Vec<Worker>, Error> {
+    /// `GET /workers`: a page, by ID.
+    pub async fn list_workers(
+        &self,
+        principal: &Principal,
+        page: PageRequest,
+    ) -> Result<Page<Worker>, Error> {
         self.authorize(principal, Action::ReadWorkers)?;
+        let paging = page.open::<String>("/workers", String::new(), MAX_PAGE)?;
         let now = self.clock().now();
         let window = self.stale_after();
-        Ok(self
+        let workers = self
             .store()
-            .list_workers()
+            .list_workers(&paging.key_page())
             .await?
             .into_iter()
             .map(|w| w.with_staleness(now, window))
-            .collect())
+            .collect();
+        Ok(paging.finish(workers, |w: &Worker| w.id.clone()))
     }
 
     /// `GET /workers/{id}`.

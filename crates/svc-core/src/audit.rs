@@ -98,6 +98,18 @@ pub struct AuditFilter {
     pub since: Option<Timestamp>,
     /// At or before.
     pub until: Option<Timestamp>,
-    /// At most this many (1..=[`MAX_AUDIT_LIMIT`]).
+    /// At most this many (1..=[`MAX_AUDIT_LIMIT`], and one more when paging asks whether
+    /// another page follows).
     pub limit: u32,
+    /// Only entries after this one, newest first (keyset paging).
+    pub after: Option<AuditPosition>,
+}
+
+/// A place in the audit log's order, newest first: `timestamp` descending, then insertion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPosition {
+    /// The entry's time.
+    pub timestamp: Timestamp,
+    /// The entry, which orders entries of the same microsecond by when it was written.
+    pub id: String,
 }

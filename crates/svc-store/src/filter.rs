@@ -57,6 +57,39 @@ impl SandboxFilter {
     }
 }
 
+/// A page of a list ordered by a unique text key (templates by name, quotas by owner, workers
+/// by ID): the keys after `after`, at most `limit` of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPage {
+    /// Only keys above this one.
+    pub after: Option<String>,
+    /// At most this many.
+    pub limit: Option<u32>,
+}
+
+impl KeyPage {
+    /// Every item.
+    pub const ALL: KeyPage = KeyPage {
+        after: None,
+        limit: None,
+    };
+
+    /// The lower bound as the list statements take it; every key is above the empty one.
+    pub(crate) fn after(&self) -> &str {
+        self.after.as_deref().unwrap_or_default()
+    }
+
+    /// The limit for PostgreSQL (`NULL`: none).
+    pub(crate) fn pg_limit(&self) -> Option<i64> {
+        self.limit.map(i64::from)
+    }
+
+    /// The limit for SQLite (`-1`: none).
+    pub(crate) fn sqlite_limit(&self) -> i64 {
+        self.limit.map_or(-1, i64::from)
+    }
+}
+
 /// A place in the list order, newest first: `created_at` descending, then `id` descending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPosition {

@@ -23,7 +23,7 @@ use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat
 use svc_core::{SandboxId, Timestamp};
 
 pub use error::StoreError;
-pub use filter::{SandboxFilter, SandboxPosition, StateFilter};
+pub use filter::{KeyPage, SandboxFilter, SandboxPosition, StateFilter};
 
 /// The two ways a sandbox ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,8 +208,8 @@ pub trait Store: Send + Sync + 'static {
     /// One template by name.
     async fn get_template(&self, name: &str) -> StoreResult<Option<Template>>;
 
-    /// Every template, by name.
-    async fn list_templates(&self) -> StoreResult<Vec<Template>>;
+    /// Templates by name, a page of them.
+    async fn list_templates(&self, page: &KeyPage) -> StoreResult<Vec<Template>>;
 
     /// Replaces an existing template (matched by name), keeping its `created_at`. Returns the
     /// stored record, or `None` when there is no such template.
@@ -229,8 +229,8 @@ pub trait Store: Send + Sync + 'static {
     /// One owner's quota.
     async fn get_quota(&self, owner_id: &str) -> StoreResult<Option<OwnerQuota>>;
 
-    /// Every quota, by owner ID.
-    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>>;
+    /// Quotas by owner ID, a page of them.
+    async fn list_quotas(&self, page: &KeyPage) -> StoreResult<Vec<OwnerQuota>>;
 
     /// Deletes one owner's quota; false when there was none.
     async fn delete_quota(&self, owner_id: &str) -> StoreResult<bool>;
@@ -258,8 +258,8 @@ pub trait Store: Send + Sync + 'static {
     /// One worker (`stale` is left false: the caller knows the window).
     async fn get_worker(&self, id: &str) -> StoreResult<Option<Worker>>;
 
-    /// Every worker, by ID.
-    async fn list_workers(&self) -> StoreResult<Vec<Worker>>;
+    /// Workers by ID, a page of them.
+    async fn list_workers(&self, page: &KeyPage) -> StoreResult<Vec<Worker>>;
 
     /// Removes a worker from the registry; false when unknown.
     async fn delete_worker(&self, id: &str) -> StoreResult<bool>;

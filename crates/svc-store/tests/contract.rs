@@ -26,8 +26,8 @@ use svc_core::{GoDuration, SandboxId, Timestamp};
 use svc_store::postgres::PgStore;
 use svc_store::sqlite::SqliteStore;
 use svc_store::{
-    EndedState, SandboxFilter, SandboxPosition, StateFilter, Store, StoreError, StoreResult,
-    StoredExec,
+    EndedState, KeyPage, SandboxFilter, SandboxPosition, StateFilter, Store, StoreError,
+    StoreResult, StoredExec,
 };
 
 /// A backend under test and whatever keeps it alive (a temporary directory, a schema).
@@ -564,7 +564,7 @@ async fn template_crud(store: &dyn Store) {
     assert_eq!(store.get_template("py").await.unwrap(), Some(t.clone()));
     store.insert_template(&template("alpha")).await.unwrap();
     let names: Vec<_> = store
-        .list_templates()
+        .list_templates(&KeyPage::ALL)
         .await
         .unwrap()
         .into_iter()
@@ -588,6 +588,34 @@ async fn template_crud(store: &dyn Store) {
     assert!(store.delete_template("py").await.unwrap());
     assert!(!store.delete_template("py").await.unwrap());
     assert_eq!(store.get_template("py").await.unwrap(), None);
+}
+
+/// Keyset pages of templates: each starts after the previous page's last name, so names
+/// inserted or deleted between pages shift nothing.
+async fn template_pages_are_stable_under_inserts_and_deletes(store: &dyn Store) {
+    for name in ["a", "b", "c", "d", "e"] {
+        store.insert_template(&template(name)).await.unwrap();
+    }
+    let names = |templates: Vec<Template>| -> Vec<String> {
+        templates.into_iter().map(|t| t.name).collect()
+    };
+    let page = |after: Option<&str>| KeyPage {
+        after: after.map(str::to_owned),
+        limit: Some(2),
+    };
+    let first = store.list_templates(&page(None)).await.unwrap();
+    assert_eq!(names(first), ["a", "b"]);
+    store.delete_template("c").await.unwrap();
+    store.insert_template(&template("bb")).await.unwrap();
+    store.insert_template(&template("0")).await.unwrap();
+    let second = store.list_templates(&page(Some("b"))).await.unwrap();
+    assert_eq!(
+        names(second),
+        ["bb", "d"],
+        "after b: the new bb, not c (gone)"
+    );
+    let last = store.list_templates(&page(Some("d"))).await.unwrap();
+    assert_eq!(names(last), ["e"]);
 }
 
 async fn concurrent_writes_are_all_kept(store: &dyn Store) {
@@ -780,13 +808,25 @@ async fn quota_crud(store: &dyn Store) {
     assert_eq!(store.get_quota("dave").await.unwrap(), Some(replaced));
     store.put_quota("erin", first, at(2)).await.unwrap();
     let listed: Vec<String> = store
-        .list_quotas()
+        .list_quotas(&KeyPage::ALL)
         .await
         .unwrap()
         .into_iter()
         .map(|q| q.owner_id)
         .collect();
     assert_eq!(listed, ["dave", "erin"]);
+    let first = KeyPage {
+        after: None,
+        limit: Some(1),
+    };
+    let listed: Vec<String> = store
+        .list_quotas(&first)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.owner_id)
+        .collect();
+    assert_eq!(listed, ["dave"], "a page of quotas stops at its limit");
     let summary = store.quota_summary().await.unwrap();
     assert_eq!(
         (
@@ -908,13 +948,25 @@ async fn worker_registry(store: &dyn Store) {
         .await
         .unwrap();
     let ids: Vec<String> = store
-        .list_workers()
+        .list_workers(&KeyPage::ALL)
         .await
         .unwrap()
         .into_iter()
         .map(|w| w.id)
         .collect();
     assert_eq!(ids, ["w0", "w1"]);
+    let page = KeyPage {
+        after: Some("w0".into()),
+        limit: Some(5),
+    };
+    let ids: Vec<String> = store
+        .list_workers(&page)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.id)
+        .collect();
+    assert_eq!(ids, ["w1"], "a page of workers starts after its key");
     assert!(store.delete_worker("w0").await.unwrap());
     assert!(!store.delete_worker("w0").await.unwrap());
 }
@@ -1715,6 +1767,7 @@ async fn audit_log_filters_newest_first(store: &dyn Store) {
                 since: Some(at(5)),
                 until: Some(at(5)),
                 limit: 100,
+                after: None,
             }
         )
         .await,
@@ -1763,10 +1816,45 @@ async fn audit_limit_is_capped(store: &dyn Store) {
             .unwrap();
     }
     let listed = audit_ids(store, audit_filter(u32::MAX)).await;
-    assert_eq!(listed.len(), 1000, "at most MAX_AUDIT_LIMIT");
+    assert_eq!(
+        listed.len(),
+        1001,
+        "at most MAX_AUDIT_LIMIT and one more (which tells a pager that another page follows)"
+    );
     assert_eq!(listed.first().map(String::as_str), Some("aud-1004"));
-    assert_eq!(listed.last().map(String::as_str), Some("aud-0005"));
-    assert_eq!(audit_ids(store, audit_filter(1000)).await, listed);
+    assert_eq!(listed.last().map(String::as_str), Some("aud-0004"));
+    assert_eq!(audit_ids(store, audit_filter(1001)).await, listed);
+}
+
+/// A page of the audit log starts after the previous page's last entry, entries of the same
+/// microsecond ordered by when they were written.
+async fn audit_pages_continue_after_their_last_entry(store: &dyn Store) {
+    for (id, second) in [("p0", 1), ("p1", 2), ("p2", 2), ("p3", 2), ("p4", 3)] {
+        let entry = audit_entry(id, second, "system", "acme", "x");
+        store.insert_audit(&entry).await.unwrap();
+    }
+    let after = |id: &str, second: u64| AuditFilter {
+        after: Some(svc_core::audit::AuditPosition {
+            timestamp: at(second),
+            id: id.to_owned(),
+        }),
+        ..audit_filter(2)
+    };
+    assert_eq!(audit_ids(store, audit_filter(2)).await, ["p4", "p3"]);
+    // Written after p3 at its very time: it sorts before p3, so the next page leaves it out.
+    let late = audit_entry("p5", 2, "system", "acme", "x");
+    store.insert_audit(&late).await.unwrap();
+    assert_eq!(audit_ids(store, after("p3", 2)).await, ["p2", "p1"]);
+    assert_eq!(audit_ids(store, after("p1", 2)).await, ["p0"]);
+    let acme = AuditFilter {
+        tenant_id: Some("acme".into()),
+        ..after("p3", 2)
+    };
+    assert_eq!(
+        audit_ids(store, acme).await,
+        ["p2", "p1"],
+        "one tenant's too"
+    );
 }
 
 async fn ping_answers(store: &dyn Store) {
@@ -1834,6 +1922,8 @@ macro_rules! all_cases {
                 a_sandbox_lease_lives_with_its_record,
                 worker_and_state_filters,
                 pages_are_stable_under_inserts_and_deletes,
+                template_pages_are_stable_under_inserts_and_deletes,
+                audit_pages_continue_after_their_last_entry,
                 reassigning_a_sandbox_has_one_winner,
                 tenant_crud,
                 deleting_a_tenant_deletes_its_members_and_policies,

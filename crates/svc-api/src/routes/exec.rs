@@ -15,7 +15,7 @@ use svc_core::Error;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::StatusBody;
+use super::{paged, PageQuery, StatusBody};
 use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
@@ -188,17 +188,22 @@ struct SignalBody {
     signal: String,
 }
 
-/// The sandbox's execs, newest first: running ones and the last 100 ended.
+/// The sandbox's execs, newest first: running ones and the last 100 ended, a page at a time
+/// (`limit`, then `cursor` from `X-Next-Cursor`).
 #[utoipa::path(get, path = "/sandboxes/{id}/execs", tag = "exec",
-    params(("id" = String, Path, description = "Sandbox ID")),
-    responses((status = 200, description = "Exec records", body = Vec<ExecRecord>),
+    params(("id" = String, Path, description = "Sandbox ID"), PageQuery),
+    responses((status = 200, description = "Exec records", body = Vec<ExecRecord>, headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody),
         (status = 404, description = "No such sandbox", body = ErrorBody)))]
 async fn list_execs(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
     Path(id): Path<String>,
-) -> Result<Json<Vec<ExecRecord>>, ApiError> {
-    Ok(Json(plane.list_execs(&principal, &id).await?))
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Response, ApiError> {
+    Ok(paged(
+        plane.list_execs_page(&principal, &id, query.into()).await?,
+    ))
 }
 
 /// One exec.

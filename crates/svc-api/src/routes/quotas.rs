@@ -2,24 +2,27 @@
 //! answer identically (interface "Owner quotas"; the aliases additionally need an admin).
 
 use axum::extract::{Path, State};
+use axum::response::Response;
 use axum::Json;
 use svc_control::ControlPlane;
 use svc_core::quota::{OwnerQuota, OwnerUsage, QuotaRequest, QuotaSummary};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::StatusBody;
-use crate::extract::{ApiJson, Caller};
+use super::{paged, PageQuery, StatusBody};
+use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
-/// Every owner quota, by owner ID.
-#[utoipa::path(operation_id = "list_quotas", get, path = "/quotas", tag = "quotas",
-    responses((status = 200, description = "Owner quotas", body = Vec<OwnerQuota>)))]
+/// Owner quotas, by owner ID, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`).
+#[utoipa::path(operation_id = "list_quotas", get, path = "/quotas", tag = "quotas", params(PageQuery),
+    responses((status = 200, description = "Owner quotas", body = Vec<OwnerQuota>, headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody)))]
 async fn list(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
-) -> Result<Json<Vec<OwnerQuota>>, ApiError> {
-    Ok(Json(plane.list_quotas(&principal).await?))
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Response, ApiError> {
+    Ok(paged(plane.list_quotas(&principal, query.into()).await?))
 }
 
 /// How many quotas set which limits (no owner IDs).
@@ -89,13 +92,15 @@ async fn usage(
 }
 
 /// Admin alias of `GET /quotas`.
-#[utoipa::path(operation_id = "admin_list_quotas", get, path = "/admin/quotas", tag = "admin",
-    responses((status = 200, description = "Owner quotas", body = Vec<OwnerQuota>)))]
+#[utoipa::path(operation_id = "admin_list_quotas", get, path = "/admin/quotas", tag = "admin", params(PageQuery),
+    responses((status = 200, description = "Owner quotas", body = Vec<OwnerQuota>, headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody)))]
 async fn admin_list(
     state: State<ControlPlane>,
     caller: Caller,
-) -> Result<Json<Vec<OwnerQuota>>, ApiError> {
-    list(state, caller).await
+    query: ApiQuery<PageQuery>,
+) -> Result<Response, ApiError> {
+    list(state, caller, query).await
 }
 
 /// Admin alias of `GET /quotas/summary`.

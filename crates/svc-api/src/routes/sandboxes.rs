@@ -1,17 +1,17 @@
 //! `/sandboxes`: spawn, list, get, destroy, prune, extend, pause, resume, stats.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use svc_control::{ControlPlane, ListSandboxes, SandboxStats};
+use svc_control::{ControlPlane, ListSandboxes, PageRequest, SandboxStats};
 use svc_core::admission::Admission;
 use svc_core::sandbox::{ExtendRequest, Sandbox, SpawnRequest};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::StatusBody;
+use super::{paged, StatusBody};
 use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
@@ -89,22 +89,13 @@ async fn list(
         state: query.state,
         owner_id: query.owner_id,
         provider: query.provider,
-        limit: query.limit,
-        cursor: query.cursor,
+        page: PageRequest {
+            limit: query.limit,
+            cursor: query.cursor,
+        },
     };
-    let page = plane.list_sandboxes_page(&principal, query).await?;
-    let mut response = Json(page.sandboxes).into_response();
-    if let Some(cursor) = page
-        .next_cursor
-        .and_then(|c| HeaderValue::from_str(&c).ok())
-    {
-        response.headers_mut().insert(NEXT_CURSOR.clone(), cursor);
-    }
-    Ok(response)
+    Ok(paged(plane.list_sandboxes_page(&principal, query).await?))
 }
-
-/// The response header naming the next page of a list.
-pub(crate) static NEXT_CURSOR: HeaderName = HeaderName::from_static("x-next-cursor");
 
 /// Destroys every expired sandbox now.
 #[utoipa::path(delete, path = "/sandboxes", tag = "sandboxes",

@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::Json;
 use svc_control::ControlPlane;
 use svc_core::sandbox::Sandbox;
@@ -9,8 +10,8 @@ use svc_core::template::{Template, TemplateSpawnRequest, TemplateSpec};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::StatusBody;
-use crate::extract::{ApiJson, Caller};
+use super::{paged, PageQuery, StatusBody};
+use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
 /// Creates a template; omitted fields take the server defaults.
@@ -29,14 +30,16 @@ async fn create(
     ))
 }
 
-/// Every template, by name.
-#[utoipa::path(operation_id = "list_templates", get, path = "/templates", tag = "templates",
-    responses((status = 200, description = "Templates", body = Vec<Template>)))]
+/// Templates, by name, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`).
+#[utoipa::path(operation_id = "list_templates", get, path = "/templates", tag = "templates", params(PageQuery),
+    responses((status = 200, description = "Templates", body = Vec<Template>, headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody)))]
 async fn list(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
-) -> Result<Json<Vec<Template>>, ApiError> {
-    Ok(Json(plane.list_templates(&principal).await?))
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Response, ApiError> {
+    Ok(paged(plane.list_templates(&principal, query.into()).await?))
 }
 
 /// One template.

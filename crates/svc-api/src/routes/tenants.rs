@@ -8,13 +8,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use svc_control::audit::{audit_csv, AuditQuery};
 use svc_control::tenancy::{MemberRequest, PolicyRequest, TenantRequest};
-use svc_control::ControlPlane;
+use svc_control::{ControlPlane, Page};
 use svc_core::audit::AuditEntry;
 use svc_core::tenant::{Member, Policy, Tenant};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::StatusBody;
+use super::{paged, with_next_cursor, StatusBody};
 use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
@@ -199,32 +199,35 @@ async fn delete_policy(
     Ok(Json(StatusBody { status: "deleted" }))
 }
 
-fn audit_response(entries: &[AuditEntry], csv: bool) -> Result<Response, ApiError> {
+fn audit_response(page: Page<AuditEntry>, csv: bool) -> Result<Response, ApiError> {
     if csv {
-        let body = audit_csv(entries)?;
-        return Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], body).into_response());
+        let body = audit_csv(&page.items)?;
+        let response = ([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], body).into_response();
+        return Ok(with_next_cursor(response, page.next_cursor));
     }
-    Ok(Json(entries).into_response())
+    Ok(paged(page))
 }
 
-/// The audit log, newest first; `format=csv` answers `text/csv` with a header row.
+/// The audit log, newest first, a page at a time (`limit`, then `cursor` from
+/// `X-Next-Cursor`); `format=csv` answers `text/csv` with a header row.
 #[utoipa::path(get, path = "/admin/audit", tag = "tenants", params(AuditQuery),
-    responses((status = 200, description = "Audit entries (JSON array, or CSV)", body = Vec<AuditEntry>),
+    responses((status = 200, description = "Audit entries (JSON array, or CSV)", body = Vec<AuditEntry>,
+            headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
         (status = 400, description = "Invalid filter", body = ErrorBody)))]
 async fn audit(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Response, ApiError> {
-    let filter = query.filter()?;
-    let entries = plane.list_audit(&principal, &filter).await?;
-    audit_response(&entries, query.wants_csv()?)
+    let csv = query.wants_csv()?;
+    audit_response(plane.list_audit(&principal, &query).await?, csv)
 }
 
 /// One tenant's audit log (the same filters; `tenant_id` is the path's).
 #[utoipa::path(get, path = "/admin/tenants/{tenantID}/audit", tag = "tenants",
     params(("tenantID" = String, Path, description = "Tenant ID"), AuditQuery),
-    responses((status = 200, description = "Audit entries (JSON array, or CSV)", body = Vec<AuditEntry>),
+    responses((status = 200, description = "Audit entries (JSON array, or CSV)", body = Vec<AuditEntry>,
+            headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
         (status = 400, description = "Invalid filter", body = ErrorBody)))]
 async fn tenant_audit(
     State(plane): State<ControlPlane>,
@@ -233,9 +236,10 @@ async fn tenant_audit(
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Response, ApiError> {
     let csv = query.wants_csv()?;
-    let filter = query.filter()?;
-    let entries = plane.list_tenant_audit(&principal, &tenant, filter).await?;
-    audit_response(&entries, csv)
+    audit_response(
+        plane.list_tenant_audit(&principal, &tenant, &query).await?,
+        csv,
+    )
 }
 
 pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {

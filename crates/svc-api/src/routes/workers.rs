@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
 use svc_control::identity::{WorkerToken, WorkerTokenRequest};
 use svc_control::workers::{LeaseBody, RenewRequest, WorkerCredentials};
@@ -10,18 +11,21 @@ use svc_core::worker::{Worker, WorkerHeartbeat};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::StatusBody;
-use crate::extract::{ApiJson, Caller};
+use super::{paged, PageQuery, StatusBody};
+use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
-/// Every registered worker, by ID, with `stale` computed now.
-#[utoipa::path(operation_id = "list_workers", get, path = "/workers", tag = "workers",
-    responses((status = 200, description = "Workers", body = Vec<Worker>)))]
+/// Registered workers, by ID, with `stale` computed now, a page at a time (`limit`, then
+/// `cursor` from `X-Next-Cursor`).
+#[utoipa::path(operation_id = "list_workers", get, path = "/workers", tag = "workers", params(PageQuery),
+    responses((status = 200, description = "Workers", body = Vec<Worker>, headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody)))]
 async fn list(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
-) -> Result<Json<Vec<Worker>>, ApiError> {
-    Ok(Json(plane.list_workers(&principal).await?))
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Response, ApiError> {
+    Ok(paged(plane.list_workers(&principal, query.into()).await?))
 }
 
 /// One worker.

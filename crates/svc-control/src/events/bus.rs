@@ -6,14 +6,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use rand::Rng;
 use serde_json::{Map, Value};
+use svc_core::config::EventsConfig;
 use svc_core::event::{Event, EventPayload, EventType};
 use svc_core::{Clock, SandboxId};
 use tokio::sync::{broadcast, mpsc};
 
 use super::EventFilter;
-
-/// Live events a slow subscriber may fall behind by before it misses some.
-const CHANNEL_CAPACITY: usize = 4096;
 
 /// Counters for diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -46,37 +44,70 @@ pub struct EventBus {
 const OUTBOX_CAPACITY: usize = 10_000;
 
 /// A live subscription: replayed history first, then live events, both filtered.
+///
+/// Live events come from one ring shared by every subscriber (`events.subscriber_buffer`
+/// events long), each subscriber only a position in it: publishing never waits for anyone, a
+/// slow subscriber costs no memory of its own, and one that falls a whole ring behind is told
+/// ([`Ended::Overflow`]) and ends rather than silently skipping.
 pub struct Subscription {
     replay: VecDeque<Arc<Event>>,
     receiver: broadcast::Receiver<Arc<Event>>,
     filter: EventFilter,
+    ended: bool,
+}
+
+/// Why a subscription ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The bus is gone (shutdown).
+    Closed,
+    /// The subscriber fell more than `events.subscriber_buffer` events behind; `missed` of them
+    /// are lost to it (a resume with `Last-Event-ID` replays what history still holds).
+    Overflow {
+        /// Events it missed.
+        missed: u64,
+    },
 }
 
 impl Subscription {
-    /// The next matching event; `None` when the bus is gone. A subscriber that falls too far
-    /// behind skips what it missed rather than stalling publishers.
-    pub async fn next(&mut self) -> Option<Arc<Event>> {
+    /// The next matching event, or why there is none and never will be.
+    pub async fn recv(&mut self) -> Result<Arc<Event>, Ended> {
         if let Some(event) = self.replay.pop_front() {
-            return Some(event);
+            return Ok(event);
+        }
+        if self.ended {
+            return Err(Ended::Closed);
         }
         loop {
             match self.receiver.recv().await {
-                Ok(event) if self.filter.matches(&event) => return Some(event),
+                Ok(event) if self.filter.matches(&event) => return Ok(event),
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, "event subscriber fell behind; events skipped");
+                    self.ended = true;
+                    tracing::info!(missed, "an event subscriber fell behind; dropped");
+                    return Err(Ended::Overflow { missed });
                 }
-                Err(broadcast::error::RecvError::Closed) => return None,
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.ended = true;
+                    return Err(Ended::Closed);
+                }
             }
         }
+    }
+
+    /// The next matching event; `None` once the subscription ended (see [`Subscription::recv`]).
+    pub async fn next(&mut self) -> Option<Arc<Event>> {
+        self.recv().await.ok()
     }
 }
 
 impl EventBus {
-    /// A bus keeping at most `history_capacity` events.
-    pub fn new(history_capacity: usize, clock: Arc<dyn Clock>) -> Self {
-        let (sender, _) = broadcast::channel(CHANNEL_CAPACITY);
+    /// A bus keeping at most `events.history_size` events, whose subscribers may fall
+    /// `events.subscriber_buffer` behind.
+    pub fn new(config: &EventsConfig, clock: Arc<dyn Clock>) -> Self {
+        let (sender, _) = broadcast::channel(config.subscriber_buffer.max(1));
         let instance: [u8; 6] = rand::rng().random();
+        let history_capacity = config.history_size;
         EventBus {
             sender,
             history: Mutex::new(VecDeque::with_capacity(history_capacity.min(4096))),
@@ -198,6 +229,7 @@ impl EventBus {
             replay,
             receiver,
             filter,
+            ended: false,
         }
     }
 
@@ -231,7 +263,11 @@ mod tests {
     use svc_core::SystemClock;
 
     fn bus(capacity: usize) -> EventBus {
-        EventBus::new(capacity, Arc::new(SystemClock))
+        let config = EventsConfig {
+            history_size: capacity,
+            ..EventsConfig::default()
+        };
+        EventBus::new(&config, Arc::new(SystemClock))
     }
 
     fn id(n: u8) -> SandboxId {
@@ -254,6 +290,55 @@ mod tests {
         let event = sub.next().await.unwrap();
         assert_eq!(event.sandbox_id, Some(id(3)));
         assert_eq!(event.tenant_id.as_deref(), Some("acme"));
+    }
+
+    /// One subscriber stalls while another keeps up: the stalled one is told it overflowed
+    /// once it falls a ring behind, and ends; the other gets every event; a resume from the
+    /// last event the stalled one got replays the rest from history.
+    #[tokio::test]
+    async fn a_stalled_subscriber_overflows_alone_and_can_resume() {
+        let config = EventsConfig {
+            history_size: 100,
+            subscriber_buffer: 8,
+        };
+        let bus = EventBus::new(&config, Arc::new(SystemClock));
+        let mut stalled = bus.subscribe(EventFilter::default(), None);
+        let mut live = bus.subscribe(EventFilter::default(), None);
+        let mut seen_live = Vec::new();
+        bus.publish_raw(EventType::SandboxCreated, None, Some(&id(0)), None);
+        let last_seen = stalled.recv().await.unwrap().id.clone();
+        live.recv().await.unwrap();
+        for n in 1..=20u8 {
+            bus.publish_raw(EventType::SandboxCreated, None, Some(&id(n)), None);
+            seen_live.push(live.recv().await.unwrap().sandbox_id.clone().unwrap());
+        }
+        assert_eq!(seen_live.len(), 20, "the live subscriber missed nothing");
+        assert_eq!(
+            stalled.recv().await.unwrap_err(),
+            Ended::Overflow { missed: 12 },
+            "20 behind with a ring of 8"
+        );
+        assert!(
+            stalled.next().await.is_none(),
+            "dropped: nothing after the overflow"
+        );
+        assert_eq!(
+            bus.stats().subscribers,
+            2,
+            "until the subscription itself is dropped"
+        );
+        drop(stalled);
+        assert_eq!(bus.stats().subscribers, 1);
+
+        let mut resumed = bus.subscribe(EventFilter::default(), Some(&last_seen));
+        let mut replayed = Vec::new();
+        for _ in 0..20 {
+            replayed.push(resumed.recv().await.unwrap().sandbox_id.clone().unwrap());
+        }
+        assert_eq!(
+            replayed, seen_live,
+            "the resume replays every event it missed"
+        );
     }
 
     #[tokio::test]

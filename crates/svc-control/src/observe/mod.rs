@@ -304,7 +304,7 @@ impl ControlPlane {
         let window = self.config().worker.stale_after.as_std();
         let (groups, workers, leases, quotas, providers, memory) = tokio::join!(
             store.sandbox_groups(),
-            store.list_workers(),
+            store.list_workers(&svc_store::KeyPage::ALL),
             store.lease_counts(now),
             store.quota_summary(),
             self.providers().summaries(HEALTH_MAX_AGE, false),

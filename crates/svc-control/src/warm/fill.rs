@@ -95,7 +95,10 @@ impl ControlPlane {
 
     /// Reads the templates and reshapes the pools to them.
     async fn sync_warm_pools(&self) -> Result<(), Error> {
-        let templates = self.store().list_templates().await?;
+        let templates = self
+            .store()
+            .list_templates(&svc_store::KeyPage::ALL)
+            .await?;
         let wanted: BTreeMap<String, (WarmSpec, u32)> = templates
             .into_iter()
             .filter(|t| t.warm_pool > 0 && self.warm_provider(&t.provider).is_some())

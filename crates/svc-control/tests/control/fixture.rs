@@ -338,8 +338,8 @@ impl Store for FaultyStore {
     async fn get_template(&self, name: &str) -> StoreResult<Option<Template>> {
         self.inner.get_template(name).await
     }
-    async fn list_templates(&self) -> StoreResult<Vec<Template>> {
-        self.inner.list_templates().await
+    async fn list_templates(&self, page: &svc_store::KeyPage) -> StoreResult<Vec<Template>> {
+        self.inner.list_templates(page).await
     }
     async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
         self.write("update_template")?;
@@ -361,8 +361,8 @@ impl Store for FaultyStore {
     async fn get_quota(&self, owner_id: &str) -> StoreResult<Option<OwnerQuota>> {
         self.inner.get_quota(owner_id).await
     }
-    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>> {
-        self.inner.list_quotas().await
+    async fn list_quotas(&self, page: &svc_store::KeyPage) -> StoreResult<Vec<OwnerQuota>> {
+        self.inner.list_quotas(page).await
     }
     async fn delete_quota(&self, owner_id: &str) -> StoreResult<bool> {
         self.write("delete_quota")?;
@@ -392,8 +392,8 @@ impl Store for FaultyStore {
     async fn get_worker(&self, id: &str) -> StoreResult<Option<Worker>> {
         self.inner.get_worker(id).await
     }
-    async fn list_workers(&self) -> StoreResult<Vec<Worker>> {
-        self.inner.list_workers().await
+    async fn list_workers(&self, page: &svc_store::KeyPage) -> StoreResult<Vec<Worker>> {
+        self.inner.list_workers(page).await
     }
     async fn delete_worker(&self, id: &str) -> StoreResult<bool> {
         self.write("delete_worker")?;

@@ -539,7 +539,11 @@ async fn every_call_is_checked_against_the_permission_table() {
         .list_sandboxes(&viewer, ListSandboxes::default())
         .await
         .is_ok());
-    assert!(fx.plane.list_templates(&viewer).await.is_ok());
+    assert!(fx
+        .plane
+        .list_templates(&viewer, Default::default())
+        .await
+        .is_ok());
     let allowed = [
         fx.plane.sandbox_logs(&viewer, id, 10).await.map(drop),
         fx.plane.snapshots(&viewer).await.map(drop),

@@ -151,6 +151,7 @@ mod tests {
         assert!(!c.worker.rpc_tls.enabled);
         assert_eq!(c.worker.rpc_tls.server_name, "");
         assert_eq!(c.events.history_size, 1000);
+        assert_eq!(c.events.subscriber_buffer, 10_000);
         assert_eq!(c.exec.output_buffer_bytes, 8_388_608);
         assert!(!c.pool.enabled);
         assert_eq!(c.pool.provider, "");

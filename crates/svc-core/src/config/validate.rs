@@ -115,6 +115,10 @@ impl Config {
             u64::try_from(self.events.history_size).unwrap_or(u64::MAX),
             "events.history_size",
         );
+        p.at_least_one(
+            u64::try_from(self.events.subscriber_buffer).unwrap_or(u64::MAX),
+            "events.subscriber_buffer",
+        );
         p.at_least_one(self.exec.output_buffer_bytes, "exec.output_buffer_bytes");
         self.validate_pool(&mut p);
         if self.e2b.enabled {
@@ -587,6 +591,10 @@ mod tests {
             (|c| c.server.max_body_bytes = 0, "server.max_body_bytes"),
             (|c| c.server.host = String::new(), "server.host"),
             (|c| c.events.history_size = 0, "events.history_size"),
+            (
+                |c| c.events.subscriber_buffer = 0,
+                "events.subscriber_buffer",
+            ),
             (|c| c.defaults.memory_mb = 0, "defaults.memory_mb"),
             (|c| c.defaults.vcpus = 0, "defaults.vcpus"),
             (|c| c.defaults.image = String::new(), "defaults.image"),

@@ -11,15 +11,17 @@ use crate::StoreResult;
 /// The conditions every listing shares ([`AuditBounds`]). Newest first, entries of the same
 /// microsecond by insertion.
 const AUDIT_CONDITIONS: &str = "timestamp BETWEEN $1 AND $2 \
+     AND ($6::text IS NULL OR timestamp < $2 \
+          OR seq < (SELECT seq FROM audit_log WHERE id = $6)) \
      AND ($3::text IS NULL OR actor = $3) \
      AND ($4::text IS NULL OR action = $4) \
      ORDER BY timestamp DESC, seq DESC LIMIT $5";
 
-/// Two statements rather than one with `($6 IS NULL OR ...)`, which no index serves: one
+/// Two statements rather than one with `($7 IS NULL OR ...)`, which no index serves: one
 /// tenant's entries walk `audit_log_by_tenant_time`, every tenant's walk `audit_log_by_time`.
 fn list_sql(by_tenant: bool) -> String {
     if by_tenant {
-        format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE tenant_id = $6 AND {AUDIT_CONDITIONS}")
+        format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE tenant_id = $7 AND {AUDIT_CONDITIONS}")
     } else {
         format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE {AUDIT_CONDITIONS}")
     }
@@ -51,6 +53,7 @@ pub(super) async fn list<C: GenericClient>(
         &filter.actor,
         &filter.action,
         &bounds.limit,
+        &bounds.after_id,
     ];
     if let Some(tenant) = &filter.tenant_id {
         params.push(tenant);

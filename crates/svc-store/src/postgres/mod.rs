@@ -35,7 +35,7 @@ use svc_core::{SandboxId, Timestamp};
 use crate::rows::{
     self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
 };
-use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
+use crate::{EndedState, KeyPage, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
 use codec::{backend, count_at, execute, fetch_all, fetch_opt, insert, params, query, query_one};
 
 /// A store in a PostgreSQL database (or one schema of it).
@@ -556,14 +556,16 @@ impl Store for PgStore {
         .transpose()
     }
 
-    async fn list_templates(&self) -> StoreResult<Vec<Template>> {
+    async fn list_templates(&self, page: &KeyPage) -> StoreResult<Vec<Template>> {
         const OP: &str = "list_templates";
         let client = self.client(OP).await?;
         fetch_all(
             &client,
             OP,
-            &format!("SELECT {TEMPLATE_COLUMNS} FROM templates ORDER BY name"),
-            &[],
+            &format!(
+                "SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name > $1 ORDER BY name LIMIT $2"
+            ),
+            &[&page.after(), &page.pg_limit()],
             TemplateRow::into_domain,
         )
         .await
@@ -625,17 +627,17 @@ impl Store for PgStore {
             .transpose()
     }
 
-    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>> {
+    async fn list_quotas(&self, page: &KeyPage) -> StoreResult<Vec<OwnerQuota>> {
         const OP: &str = "list_quotas";
         let client = self.client(OP).await?;
         fetch_all(
             &client,
             OP,
             &format!(
-                "SELECT {} FROM owner_quotas ORDER BY owner_id",
+                "SELECT {} FROM owner_quotas WHERE owner_id > $1 ORDER BY owner_id LIMIT $2",
                 rows::QUOTA_COLUMNS
             ),
-            &[],
+            &[&page.after(), &page.pg_limit()],
             rows::QuotaRow::into_domain,
         )
         .await
@@ -692,14 +694,17 @@ impl Store for PgStore {
             .transpose()
     }
 
-    async fn list_workers(&self) -> StoreResult<Vec<Worker>> {
+    async fn list_workers(&self, page: &KeyPage) -> StoreResult<Vec<Worker>> {
         const OP: &str = "list_workers";
         let client = self.client(OP).await?;
         fetch_all(
             &client,
             OP,
-            &format!("SELECT {} FROM workers ORDER BY id", rows::WORKER_COLUMNS),
-            &[],
+            &format!(
+                "SELECT {} FROM workers WHERE id > $1 ORDER BY id LIMIT $2",
+                rows::WORKER_COLUMNS
+            ),
+            &[&page.after(), &page.pg_limit()],
             rows::WorkerRow::into_domain,
         )
         .await

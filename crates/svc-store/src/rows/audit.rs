@@ -9,18 +9,27 @@ pub(crate) const AUDIT_COLUMNS: &str = AuditRow::COLUMNS;
 
 /// The time range and row limit of a listing: an unset bound is the widest one, so the time
 /// range is an index range either way; the limit is taken as 1..=[`MAX_AUDIT_LIMIT`].
+/// A page's start narrows `until` to the previous page's last entry; of the entries at that
+/// very time, only those written before it (`seq` below its) follow.
 pub(crate) struct AuditBounds {
     pub(crate) since: i64,
     pub(crate) until: i64,
     pub(crate) limit: i64,
+    pub(crate) after_id: Option<String>,
 }
 
 impl AuditBounds {
     pub(crate) fn of(filter: &AuditFilter) -> Self {
+        let until = filter.until.map_or(i64::MAX, micros);
         AuditBounds {
             since: filter.since.map_or(i64::MIN, micros),
-            until: filter.until.map_or(i64::MAX, micros),
-            limit: i64::from(filter.limit.clamp(1, MAX_AUDIT_LIMIT)),
+            until: filter
+                .after
+                .as_ref()
+                .map_or(until, |after| until.min(micros(after.timestamp))),
+            // One more than a page tells whether another follows.
+            limit: i64::from(filter.limit.clamp(1, MAX_AUDIT_LIMIT + 1)),
+            after_id: filter.after.as_ref().map(|after| after.id.clone()),
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::StoreResult;
 
 /// The conditions every listing shares ([`AuditBounds`]). Newest first, entries of the same microsecond by insertion.
 const AUDIT_CONDITIONS: &str = "timestamp BETWEEN :since AND :until \
+     AND (:after IS NULL OR timestamp < :until \
+          OR seq < (SELECT seq FROM audit_log WHERE id = :after)) \
      AND (:actor IS NULL OR actor = :actor) \
      AND (:action IS NULL OR action = :action) \
      ORDER BY timestamp DESC, seq DESC LIMIT :limit";
@@ -45,6 +47,7 @@ pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<A
                 ":tenant": tenant,
                 ":since": bounds.since,
                 ":until": bounds.until,
+                ":after": bounds.after_id,
                 ":actor": filter.actor,
                 ":action": filter.action,
                 ":limit": bounds.limit,
@@ -55,6 +58,7 @@ pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<A
             named_params! {
                 ":since": bounds.since,
                 ":until": bounds.until,
+                ":after": bounds.after_id,
                 ":actor": filter.actor,
                 ":action": filter.action,
                 ":limit": bounds.limit,

@@ -27,7 +27,7 @@ use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat
 use svc_core::{SandboxId, Timestamp};
 
 use crate::rows::{self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
-use crate::{EndedState, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
+use crate::{EndedState, KeyPage, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
 use codec::read;
 use connections::Connections;
 
@@ -602,16 +602,17 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_templates(&self) -> StoreResult<Vec<Template>> {
+    async fn list_templates(&self, page: &KeyPage) -> StoreResult<Vec<Template>> {
+        let (after, limit) = (page.after().to_owned(), page.sqlite_limit());
         self.connections
             .read("list_templates", move |conn| {
                 let mut stmt = conn
                     .prepare_cached(&format!(
-                        "SELECT {TEMPLATE_COLUMNS} FROM templates ORDER BY name"
+                        "SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name > ?1 ORDER BY name LIMIT ?2"
                     ))
                     .map_err(codec::backend("list_templates"))?;
                 let rows = stmt
-                    .query_map([], read::<TemplateRow>)
+                    .query_map(rusqlite::params![after, limit], read::<TemplateRow>)
                     .map_err(codec::backend("list_templates"))?;
                 collect("list_templates", rows, TemplateRow::into_domain)
             })
@@ -677,18 +678,19 @@ impl Store for SqliteStore {
             .transpose()
     }
 
-    async fn list_quotas(&self) -> StoreResult<Vec<OwnerQuota>> {
+    async fn list_quotas(&self, page: &KeyPage) -> StoreResult<Vec<OwnerQuota>> {
         const OP: &str = "list_quotas";
+        let (after, limit) = (page.after().to_owned(), page.sqlite_limit());
         self.connections
             .read(OP, move |conn| {
                 let mut stmt = conn
                     .prepare_cached(&format!(
-                        "SELECT {} FROM owner_quotas ORDER BY owner_id",
+                        "SELECT {} FROM owner_quotas WHERE owner_id > ?1 ORDER BY owner_id LIMIT ?2",
                         rows::QUOTA_COLUMNS
                     ))
                     .map_err(codec::backend(OP))?;
                 let rows = stmt
-                    .query_map([], read::<rows::QuotaRow>)
+                    .query_map(rusqlite::params![after, limit], read::<rows::QuotaRow>)
                     .map_err(codec::backend(OP))?;
                 collect(OP, rows, rows::QuotaRow::into_domain)
             })
@@ -775,18 +777,19 @@ impl Store for SqliteStore {
             .transpose()
     }
 
-    async fn list_workers(&self) -> StoreResult<Vec<Worker>> {
+    async fn list_workers(&self, page: &KeyPage) -> StoreResult<Vec<Worker>> {
         const OP: &str = "list_workers";
+        let (after, limit) = (page.after().to_owned(), page.sqlite_limit());
         self.connections
             .read(OP, move |conn| {
                 let mut stmt = conn
                     .prepare_cached(&format!(
-                        "SELECT {} FROM workers ORDER BY id",
+                        "SELECT {} FROM workers WHERE id > ?1 ORDER BY id LIMIT ?2",
                         rows::WORKER_COLUMNS
                     ))
                     .map_err(codec::backend(OP))?;
                 let rows = stmt
-                    .query_map([], read::<rows::WorkerRow>)
+                    .query_map(rusqlite::params![after, limit], read::<rows::WorkerRow>)
                     .map_err(codec::backend(OP))?;
                 collect(OP, rows, rows::WorkerRow::into_domain)
             })

@@ -549,37 +549,22 @@ async fn lists_page_with_cursors_without_skipping_or_repeating() {
         .map(|s| s["id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(whole.len(), 7);
-    let mut seen = Vec::new();
-    let mut path = "/sandboxes?limit=3".to_owned();
-    let mut pages = 0;
-    loop {
-        let page = server.get(&path).await;
-        assert_eq!(page.status, 200, "{}", page.body);
-        pages += 1;
-        seen.extend(
-            page.body
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["id"].as_str().unwrap().to_owned()),
-        );
-        if pages == 1 {
-            // Between pages: a new sandbox (newer than the cursor) and the oldest one destroyed.
-            server.clock.advance(Duration::from_secs(1));
-            server.spawn(json!({"provider": "mock"})).await;
-            assert_eq!(
-                server
-                    .delete(&format!("/sandboxes/{}", whole[6]))
-                    .await
-                    .status,
-                200
-            );
+    let (seen, pages) = crate::paging::pages(&server, "/sandboxes?limit=3", "id", |page| {
+        if page != 1 {
+            return Vec::new();
         }
-        let Some(cursor) = page.headers.get("x-next-cursor") else {
-            break;
-        };
-        path = format!("/sandboxes?limit=3&cursor={}", cursor.to_str().unwrap());
-    }
+        // Between pages: a new sandbox (newer than the cursor) and the oldest one destroyed.
+        server.clock.advance(Duration::from_secs(1));
+        vec![
+            (
+                Method::POST,
+                "/sandboxes".into(),
+                Some(json!({"provider": "mock"})),
+            ),
+            (Method::DELETE, format!("/sandboxes/{}", whole[6]), None),
+        ]
+    })
+    .await;
     assert_eq!(
         seen,
         whole[..6].to_vec(),

@@ -22,6 +22,7 @@ mod lifecycle;
 mod microvm;
 mod observe;
 mod oidc;
+mod paging;
 mod pause;
 mod permissions;
 mod pool;

@@ -259,6 +259,25 @@ class SvcClient:
         except ValueError as exc:
             raise ProtocolError(f"{route}: response is not JSON: {response.text[:200]!r}") from exc
 
+    def _list_all(
+        self,
+        route: str,
+        path_params: dict[str, str] | None = None,
+        *,
+        query: dict[str, Any] | None = None,
+    ) -> builtins.list[Any]:
+        """Every item of a list route: each page, following ``X-Next-Cursor`` until an answer
+        has none."""
+        query = dict(query or {})
+        items: builtins.list[Any] = []
+        while True:
+            response = self._send(self._build(route, path_params, query=query))
+            items.extend(response.json())
+            cursor = response.headers.get("x-next-cursor")
+            if not cursor:
+                return items
+            query["cursor"] = cursor
+
     def _open(
         self,
         route: str,
@@ -354,14 +373,7 @@ class SvcClient:
         Every page: the server answers at most 1000 at a time and names the next page in
         ``X-Next-Cursor``, which this follows."""
         query: dict[str, Any] = {"state": state, "owner_id": owner_id, "provider": provider}
-        sandboxes: builtins.list[SandboxInfo] = []
-        while True:
-            response = self._send(self._build("sandbox_list", None, query=query))
-            sandboxes.extend(SandboxInfo.from_dict(s) for s in response.json())
-            cursor = response.headers.get("x-next-cursor")
-            if not cursor:
-                return sandboxes
-            query = {**query, "cursor": cursor}
+        return [SandboxInfo.from_dict(s) for s in self._list_all("sandbox_list", query=query)]
 
     def destroy_sandbox(self, sandbox_id: str) -> None:
         """Idempotent: destroying a destroyed sandbox succeeds again."""
@@ -868,7 +880,7 @@ class Commands:
 
     def list(self) -> builtins.list[CommandInfo]:
         """Exec records of this sandbox, newest first (running ones and the last ended ones)."""
-        data = self._client._call("exec_list", {"id": self._sandbox.id})
+        data = self._client._list_all("exec_list", {"id": self._sandbox.id})
         return [CommandInfo.from_dict(d) for d in data]
 
     def get(self, exec_id: str) -> CommandInfo:
@@ -1450,7 +1462,7 @@ class Templates:
         return TemplateInfo.from_dict(self._client._call("template_create", json_body=spec))
 
     def list(self) -> builtins.list[TemplateInfo]:
-        return [TemplateInfo.from_dict(t) for t in self._client._call("template_list")]
+        return [TemplateInfo.from_dict(t) for t in self._client._list_all("template_list")]
 
     def get(self, name: str) -> TemplateInfo:
         return TemplateInfo.from_dict(self._client._call("template_get", {"name": name}))
@@ -1509,7 +1521,7 @@ class Quotas:
         self._client = client
 
     def list(self) -> builtins.list[Quota]:
-        return [Quota.from_dict(q) for q in self._client._call("quota_list")]
+        return [Quota.from_dict(q) for q in self._client._list_all("quota_list")]
 
     def summary(self) -> QuotaSummary:
         return QuotaSummary.from_dict(self._client._call("quota_summary"))

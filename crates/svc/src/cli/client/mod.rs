@@ -148,6 +148,37 @@ impl Api {
             .await
             .map_err(|e| ClientError::Transport(format!("reading the answer: {e}")))
     }
+
+    /// Every item of a list route: each page, following `X-Next-Cursor` until an answer has
+    /// none (the server answers at most 1000 a page).
+    pub(crate) async fn list_all(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<Value, ClientError> {
+        let mut query = query.to_vec();
+        let mut listed = Vec::new();
+        loop {
+            let response = self
+                .send(self.request(Method::GET, path).query(&query))
+                .await?;
+            let cursor = response
+                .headers()
+                .get("x-next-cursor")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let page: Vec<Value> = response
+                .json()
+                .await
+                .map_err(|e| ClientError::Transport(format!("reading the answer: {e}")))?;
+            listed.extend(page);
+            let Some(cursor) = cursor else {
+                return Ok(Value::Array(listed));
+            };
+            query.retain(|(key, _)| *key != "cursor");
+            query.push(("cursor", cursor));
+        }
+    }
 }
 
 /// The server's `{code, message}`, or what the answer was when it is not one.

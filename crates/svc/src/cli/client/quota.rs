@@ -54,7 +54,11 @@ pub(crate) enum QuotaCommand {
 
 pub(crate) async fn run(api: Api, command: QuotaCommand) -> Result<ExitCode, ClientError> {
     let request = match &command {
-        QuotaCommand::Ls => api.request(Method::GET, "/quotas"),
+        QuotaCommand::Ls => {
+            let listed = api.list_all("/quotas", &[]).await?;
+            print_answer(&api, &listed, &COLUMNS);
+            return Ok(ExitCode::SUCCESS);
+        }
         QuotaCommand::Get { owner } => api.request(Method::GET, &format!("/quotas/{owner}")),
         QuotaCommand::Set {
             owner,

@@ -175,31 +175,8 @@ pub(crate) async fn run(api: Api, command: SandboxCommand) -> Result<ExitCode, C
             if let Some(owner) = owner {
                 query.push(("owner_id", owner));
             }
-            // Every page: the server answers at most 1000 and names the next in X-Next-Cursor.
-            let mut listed = Vec::new();
-            loop {
-                let response = api
-                    .send(api.request(Method::GET, "/sandboxes").query(&query))
-                    .await?;
-                let cursor = response
-                    .headers()
-                    .get("x-next-cursor")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                let page: Vec<Value> = response
-                    .json()
-                    .await
-                    .map_err(|e| ClientError::Transport(format!("reading the answer: {e}")))?;
-                listed.extend(page);
-                match cursor {
-                    Some(cursor) => {
-                        query.retain(|(key, _)| *key != "cursor");
-                        query.push(("cursor", cursor));
-                    }
-                    None => break,
-                }
-            }
-            print_sandboxes(&api, &Value::Array(listed));
+            let listed = api.list_all("/sandboxes", &query).await?;
+            print_sandboxes(&api, &listed);
         }
         SandboxCommand::Get { id } => {
             let sandbox = api

@@ -127,7 +127,11 @@ pub(crate) async fn run(api: Api, command: TemplateCommand) -> Result<ExitCode, 
                 .json(&fields.body(Some(name))?),
             &COLUMNS,
         ),
-        TemplateCommand::Ls => (api.request(Method::GET, "/templates"), &COLUMNS),
+        TemplateCommand::Ls => {
+            let listed = api.list_all("/templates", &[]).await?;
+            print_answer(&api, &listed, &COLUMNS);
+            return Ok(ExitCode::SUCCESS);
+        }
         TemplateCommand::Get { name } => (
             api.request(Method::GET, &format!("/templates/{name}")),
             &COLUMNS,
