@@ -28,3 +28,11 @@ svc_stop() {
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
+
+# fresh_dsn DSN: a new schema in that database, and a DSN that uses it, so every configuration
+# run starts from empty tables.
+fresh_dsn() {
+    local schema="bench_$(date +%s%N)"
+    psql "$1" -qc "CREATE SCHEMA $schema" >/dev/null
+    echo "$1?options=-c%20search_path%3D$schema"
+}

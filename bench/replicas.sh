@@ -29,21 +29,15 @@ svc="$PWD/target/release/svc"
 bench="$PWD/target/release/svc-bench"
 results="$(mktemp -p "${SVC_BENCH_TMP:-/tmp}")"
 
-# A fresh schema per configuration run, so every run starts from empty tables.
-fresh_dsn() {
-    local schema="bench_$(date +%s%N)"
-    psql "$dsn" -qc "CREATE SCHEMA $schema" >/dev/null
-    echo "$dsn?options=-c%20search_path%3D$schema"
-}
 
 run() {
     local config="$1" works=() pids=() urls=() replicas=1 settings=() i
     case "$config" in
         sqlite) settings=() ;;
-        pg1) settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn)") ;;
+        pg1) settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn "$dsn")") ;;
         pg3)
             replicas=3
-            settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn)") ;;
+            settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn "$dsn")") ;;
     esac
     for i in $(seq 0 $((replicas - 1))); do
         works+=("$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")")
@@ -93,7 +87,7 @@ PY
 rm -f "$results"
 
 # Cross-replica event latency on two replicas.
-event_dsn="$(fresh_dsn)"
+event_dsn="$(fresh_dsn "$dsn")"
 works=()
 pids=()
 for i in 0 1; do

@@ -130,7 +130,8 @@ pub(crate) async fn latency(base: &str, args: &LatencyArgs) -> anyhow::Result<()
     Ok(())
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
+/// The resident set of process `pid`, in KiB.
+pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()

@@ -108,21 +108,39 @@ pub(crate) async fn destroy(
     Ok(())
 }
 
-pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Result<()> {
-    let client = crate::client_builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .build()?;
-    one(&client, base, kind, owner(args.owners, 0).as_deref())
-        .await
-        .context("warm-up request failed; is svc running?")?;
-    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+/// What a closed-loop run measured.
+pub(crate) struct Measured {
+    /// Latency of each completed unit, in microseconds, sorted.
+    pub latencies: Vec<u64>,
+    /// Units that failed.
+    pub errors: u64,
+    /// Seconds the run took.
+    pub elapsed: f64,
+}
+
+impl Measured {
+    /// Completed units per second.
+    pub fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed
+    }
+}
+
+/// `concurrency` workers sending `kind` back to back for `seconds`, worker `n` to
+/// `bases[n % bases.len()]`.
+pub(crate) async fn measure(
+    client: &reqwest::Client,
+    bases: &[String],
+    kind: Kind,
+    concurrency: usize,
+    owners: usize,
+    seconds: u64,
+) -> anyhow::Result<Measured> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
-    let workers: Vec<_> = (0..args.concurrency)
+    let workers: Vec<_> = (0..concurrency)
         .map(|worker| {
             let client = client.clone();
-            let base = base.to_owned();
-            let owners = args.owners;
-            let workers = args.concurrency;
+            let base = bases[worker % bases.len()].clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut errors = 0u64;
@@ -130,7 +148,7 @@ pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Resu
                 while Instant::now() < deadline {
                     let begun = Instant::now();
                     let owner = owner(owners, n);
-                    n += workers;
+                    n += concurrency;
                     match one(&client, &base, kind, owner.as_deref()).await {
                         Ok(()) => latencies
                             .push(u64::try_from(begun.elapsed().as_micros()).unwrap_or(u64::MAX)),
@@ -148,19 +166,44 @@ pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Resu
         latencies.extend(samples);
         errors += failed;
     }
-    let elapsed = started.elapsed().as_secs_f64();
     latencies.sort_unstable();
+    Ok(Measured {
+        latencies,
+        errors,
+        elapsed: started.elapsed().as_secs_f64(),
+    })
+}
+
+pub(crate) async fn run(base: &str, kind: Kind, args: &LoadArgs) -> anyhow::Result<()> {
+    let client = crate::client_builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    one(&client, base, kind, owner(args.owners, 0).as_deref())
+        .await
+        .context("warm-up request failed; is svc running?")?;
+    let bases = [base.to_owned()];
+    let measured = measure(
+        &client,
+        &bases,
+        kind,
+        args.concurrency,
+        args.owners,
+        args.seconds,
+    )
+    .await?;
     let unit = match kind {
         Kind::Health | Kind::PoolStatus => "requests",
         Kind::SpawnDestroy => "spawn+destroy pairs",
     };
+    let (latencies, errors) = (&measured.latencies, measured.errors);
     println!(
-        "{kind:?}: {} {unit} in {elapsed:.1}s = {:.0}/s, errors {errors}, latency ms p50 {:.2} p99 {:.2} max {:.2} (concurrency {})",
+        "{kind:?}: {} {unit} in {:.1}s = {:.0}/s, errors {errors}, latency ms p50 {:.2} p99 {:.2} max {:.2} (concurrency {})",
         latencies.len(),
-        latencies.len() as f64 / elapsed,
-        crate::percentile_ms(&latencies, 50.0),
-        crate::percentile_ms(&latencies, 99.0),
-        crate::percentile_ms(&latencies, 100.0),
+        measured.elapsed,
+        measured.rate(),
+        crate::percentile_ms(latencies, 50.0),
+        crate::percentile_ms(latencies, 99.0),
+        crate::percentile_ms(latencies, 100.0),
         args.concurrency
     );
     if errors > 0 {

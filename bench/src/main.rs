@@ -16,6 +16,7 @@ mod observe;
 mod pool;
 mod preview;
 mod replicas;
+mod scale;
 
 use clap::{Parser, Subcommand};
 
@@ -66,6 +67,8 @@ enum Scenario {
     Pool(pool::PoolArgs),
     /// A page inside a sandbox, directly and through the preview proxy: latency, throughput.
     Preview(preview::PreviewArgs),
+    /// Many live sandboxes, SSE subscribers and exec streams on one server (or replicas).
+    Scale(scale::ScaleArgs),
 }
 
 #[tokio::main]
@@ -89,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Microvm(microvm) => microvm::run(&args.url, &microvm).await,
         Scenario::Pool(pool) => pool::run(&args.url, &pool).await,
         Scenario::Preview(preview) => preview::run(&preview).await,
+        Scenario::Scale(scale) => scale::run(&args.url, &scale).await,
     }
 }
 
