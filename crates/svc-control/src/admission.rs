@@ -2,8 +2,6 @@
 //! what a denied spawn does (wait in the spawn queue or fail with 429 `resource_limit`), and
 //! the events of both.
 
-use std::collections::HashMap;
-
 use svc_core::access::Action;
 use svc_core::admission::Admission;
 use svc_core::error::LimitReason;
@@ -11,7 +9,7 @@ use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
 use svc_core::sandbox::SpawnRequest;
 use svc_core::worker::{Worker, WorkerStatus};
 use svc_core::{Error, GoDuration};
-use svc_store::{KeyPage, SandboxFilter};
+use svc_store::KeyPage;
 
 use crate::queue::{QueueStats, Ticket, Woken};
 use crate::spawn::{Placement, SpawnPlan};
@@ -137,19 +135,8 @@ impl ControlPlane {
         if offering.is_empty() {
             return Err(unknown);
         }
-        // One listing of what holds a runtime, counted per worker.
-        let mut active: HashMap<String, u64> = HashMap::new();
-        for sandbox in self
-            .store()
-            .list_sandboxes(&SandboxFilter::default())
-            .await?
-            .into_iter()
-            .filter(|s| s.state.holds_runtime())
-        {
-            *active
-                .entry(sandbox.worker_id.unwrap_or_default())
-                .or_default() += 1;
-        }
+        // What holds a runtime, counted per worker by the store in one query.
+        let active = self.store().count_active_sandboxes_by_worker().await?;
         let mut best: Option<(String, u64)> = None;
         for worker in &offering {
             let active = active.get(&worker.id).copied().unwrap_or(0);

@@ -159,8 +159,19 @@ pub trait Store: Send + Sync + 'static {
     /// Sandboxes matching `filter`, newest first.
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>>;
 
-    /// Number of sandboxes holding a runtime (`creating`, `running`), optionally of one owner.
+    /// The newest sandbox (by `created_at`, then ID) of `owner_id` holding a runtime
+    /// (`creating`, `running`, `paused`), in one query that reads only that owner's rows.
+    async fn newest_active_sandbox_of_owner(&self, owner_id: &str) -> StoreResult<Option<Sandbox>>;
+
+    /// Number of sandboxes holding a runtime (`creating`, `running`, `paused`), optionally of
+    /// one owner.
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64>;
+
+    /// Number of sandboxes holding a runtime per worker (`""`: none recorded), in one query;
+    /// workers with none are absent.
+    async fn count_active_sandboxes_by_worker(
+        &self,
+    ) -> StoreResult<std::collections::BTreeMap<String, u64>>;
 
     /// Sandbox records counted by state, provider and worker, in one query (diagnostics).
     async fn sandbox_groups(&self) -> StoreResult<Vec<svc_core::observe::SandboxGroup>>;

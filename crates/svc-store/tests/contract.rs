@@ -1174,6 +1174,213 @@ async fn pages_are_stable_under_inserts_and_deletes(store: &dyn Store) {
     );
 }
 
+/// Each combination of filters (a statement of its own in both backends) selects what the
+/// filters name, newest first, from a cursor on and up to a limit.
+async fn every_filter_combination_lists_what_it_names(store: &dyn Store) {
+    let mut made = Vec::new();
+    for i in 0..24u64 {
+        let mut sandbox = sandbox(
+            ["alice", "bob", "carol"][(i % 3) as usize],
+            ["mock", "docker"][(i % 2) as usize],
+            // Pairs share a creation time: the ID orders them.
+            at(100 + i / 2),
+        );
+        sandbox.tenant_id = ["default", "acme"][(i / 3 % 2) as usize].into();
+        sandbox.worker_id =
+            [Some("w1".into()), Some("w2".into()), None][(i / 4 % 3) as usize].clone();
+        store.insert_sandbox(&sandbox).await.unwrap();
+        if i % 5 == 0 {
+            destroy(store, &sandbox.id, at(200)).await;
+        }
+        made.push(sandbox);
+    }
+    let everything = store
+        .list_sandboxes(&SandboxFilter {
+            state: StateFilter::All,
+            ..SandboxFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(everything.len(), made.len());
+    let cursor = SandboxPosition {
+        created_at: everything[7].created_at,
+        id: everything[7].id.to_string(),
+    };
+    let states = [
+        StateFilter::Active,
+        StateFilter::All,
+        StateFilter::Only(SandboxState::Running),
+        StateFilter::Only(SandboxState::Destroyed),
+    ];
+    let mut checked = 0;
+    for state in states {
+        for mask in 0..16u8 {
+            for (after, limit) in [(None, None), (Some(cursor.clone()), Some(4))] {
+                let filter = SandboxFilter {
+                    state,
+                    owner_id: (mask & 1 != 0).then(|| "alice".into()),
+                    provider: (mask & 2 != 0).then(|| "docker".into()),
+                    tenant_id: (mask & 4 != 0).then(|| "acme".into()),
+                    worker_id: (mask & 8 != 0).then(|| "w1".into()),
+                    after,
+                    limit,
+                };
+                let expected: Vec<SandboxId> = everything
+                    .iter()
+                    .filter(|s| match filter.state {
+                        StateFilter::Active => s.state != SandboxState::Destroyed,
+                        StateFilter::All => true,
+                        StateFilter::Only(state) => s.state == state,
+                    })
+                    .filter(|s| filter.owner_id.as_ref().is_none_or(|o| *o == s.owner_id))
+                    .filter(|s| filter.provider.as_ref().is_none_or(|p| *p == s.provider))
+                    .filter(|s| filter.tenant_id.as_ref().is_none_or(|t| *t == s.tenant_id))
+                    .filter(|s| {
+                        filter
+                            .worker_id
+                            .as_ref()
+                            .is_none_or(|w| Some(w) == s.worker_id.as_ref())
+                    })
+                    .filter(|s| {
+                        filter.after.as_ref().is_none_or(|after| {
+                            (s.created_at, s.id.to_string()) < (after.created_at, after.id.clone())
+                        })
+                    })
+                    .take(filter.limit.map_or(usize::MAX, |l| l as usize))
+                    .map(|s| s.id.clone())
+                    .collect();
+                let listed: Vec<SandboxId> = store
+                    .list_sandboxes(&filter)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|s| s.id)
+                    .collect();
+                assert_eq!(listed, expected, "{filter:?}");
+                checked += usize::from(!expected.is_empty());
+            }
+        }
+    }
+    assert!(
+        checked > 40,
+        "most combinations select something ({checked})"
+    );
+}
+
+/// An owner's newest sandbox holding a runtime: `creating`, `running` or `paused`, never an
+/// ended one however new, never another owner's.
+async fn an_owners_newest_active_sandbox(store: &dyn Store) {
+    let newest = |owner: &'static str| async move {
+        store
+            .newest_active_sandbox_of_owner(owner)
+            .await
+            .unwrap()
+            .map(|s| s.id)
+    };
+    assert_eq!(newest("alice").await, None);
+    let first = creating("alice", at(1));
+    let second = sandbox("alice", "mock", at(2));
+    // Same creation time as `second`: the ID decides which is newer.
+    let twin = sandbox("alice", "mock", at(2));
+    let ended = sandbox("alice", "mock", at(3));
+    let failed = sandbox("alice", "mock", at(4));
+    let others = sandbox("bob", "mock", at(5));
+    for sandbox in [&first, &second, &twin, &ended, &failed, &others] {
+        store.insert_sandbox(sandbox).await.unwrap();
+    }
+    destroy(store, &ended.id, at(10)).await;
+    store
+        .end_sandbox(
+            &failed.id,
+            EndedState::Error,
+            &Ending::because(StateReason::ProviderFailed),
+            at(10),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let (higher, lower) = if twin.id.to_string() > second.id.to_string() {
+        (&twin, &second)
+    } else {
+        (&second, &twin)
+    };
+    let found = store
+        .newest_active_sandbox_of_owner("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found, store.get_sandbox(&higher.id).await.unwrap().unwrap());
+    store
+        .pause_sandbox(&higher.id, at(11))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        newest("alice").await,
+        Some(higher.id.clone()),
+        "paused holds a runtime"
+    );
+    destroy(store, &higher.id, at(12)).await;
+    assert_eq!(newest("alice").await, Some(lower.id.clone()));
+    destroy(store, &lower.id, at(12)).await;
+    assert_eq!(
+        newest("alice").await,
+        Some(first.id.clone()),
+        "creating holds one"
+    );
+    destroy(store, &first.id, at(12)).await;
+    assert_eq!(newest("alice").await, None);
+    assert_eq!(newest("bob").await, Some(others.id.clone()));
+}
+
+/// Sandboxes holding a runtime, counted per worker in one query; ended ones and workers with
+/// none are left out.
+async fn active_sandboxes_are_counted_per_worker(store: &dyn Store) {
+    assert!(store
+        .count_active_sandboxes_by_worker()
+        .await
+        .unwrap()
+        .is_empty());
+    let on = |worker: Option<&str>, state: SandboxState, secs: u64| Sandbox {
+        worker_id: worker.map(str::to_owned),
+        state,
+        ..sandbox("", "mock", at(secs))
+    };
+    let kept = [
+        on(Some("w1"), SandboxState::Running, 1),
+        on(Some("w1"), SandboxState::Creating, 2),
+        on(Some("w2"), SandboxState::Running, 3),
+        on(None, SandboxState::Running, 4),
+    ];
+    let gone = [
+        on(Some("w2"), SandboxState::Running, 5),
+        on(Some("w3"), SandboxState::Running, 6),
+    ];
+    for sandbox in kept.iter().chain(&gone) {
+        store.insert_sandbox(sandbox).await.unwrap();
+    }
+    store
+        .pause_sandbox(&kept[2].id, at(7))
+        .await
+        .unwrap()
+        .unwrap();
+    destroy(store, &gone[0].id, at(8)).await;
+    store
+        .end_sandbox(
+            &gone[1].id,
+            EndedState::Error,
+            &Ending::because(StateReason::ProviderFailed),
+            at(8),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.count_active_sandboxes_by_worker().await.unwrap(),
+        BTreeMap::from([("".into(), 1), ("w1".into(), 2), ("w2".into(), 1)])
+    );
+}
+
 async fn worker_and_state_filters(store: &dyn Store) {
     let mine = creating("", at(1));
     let mut theirs = creating("", at(2));
@@ -1921,6 +2128,9 @@ macro_rules! all_cases {
                 lease_races_have_one_winner_and_growing_generations,
                 a_sandbox_lease_lives_with_its_record,
                 worker_and_state_filters,
+                every_filter_combination_lists_what_it_names,
+                an_owners_newest_active_sandbox,
+                active_sandboxes_are_counted_per_worker,
                 pages_are_stable_under_inserts_and_deletes,
                 template_pages_are_stable_under_inserts_and_deletes,
                 audit_pages_continue_after_their_last_entry,

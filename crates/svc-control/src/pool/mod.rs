@@ -177,14 +177,7 @@ impl Pool {
         self.ensure_loaded()
             .await
             .map_err(|e| Error::provider(self.inner.name(), "load the pool", e))?;
-        let held = self
-            .store
-            .list_sandboxes(&svc_store::SandboxFilter {
-                owner_id: Some(owner.to_owned()),
-                ..Default::default()
-            })
-            .await?;
-        if let Some(existing) = held.iter().find(|s| s.holds_runtime()) {
+        if let Some(existing) = self.store.newest_active_sandbox_of_owner(owner).await? {
             return Err(Error::OwnerHasSandbox {
                 owner: owner.to_owned(),
                 existing: existing.id.to_string(),

@@ -290,8 +290,16 @@ impl Store for FaultyStore {
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
         self.inner.list_sandboxes(filter).await
     }
+    async fn newest_active_sandbox_of_owner(&self, owner_id: &str) -> StoreResult<Option<Sandbox>> {
+        self.inner.newest_active_sandbox_of_owner(owner_id).await
+    }
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64> {
         self.inner.count_active_sandboxes(owner_id).await
+    }
+    async fn count_active_sandboxes_by_worker(
+        &self,
+    ) -> StoreResult<std::collections::BTreeMap<String, u64>> {
+        self.inner.count_active_sandboxes_by_worker().await
     }
     async fn count_sandboxes_on_provider(&self, provider: &str) -> StoreResult<u64> {
         self.inner.count_sandboxes_on_provider(provider).await

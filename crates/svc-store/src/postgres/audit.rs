@@ -5,27 +5,8 @@ use svc_core::audit::{AuditEntry, AuditFilter};
 use tokio_postgres::types::ToSql;
 
 use super::codec::{fetch_all, insert, params};
-use crate::rows::{AuditBounds, AuditRow, AUDIT_COLUMNS};
+use crate::rows::{audit_list_sql, AuditBounds, AuditParam, AuditRow, AUDIT_COLUMNS};
 use crate::StoreResult;
-
-/// The conditions every listing shares ([`AuditBounds`]). Newest first, entries of the same
-/// microsecond by insertion.
-const AUDIT_CONDITIONS: &str = "timestamp BETWEEN $1 AND $2 \
-     AND ($6::text IS NULL OR timestamp < $2 \
-          OR seq < (SELECT seq FROM audit_log WHERE id = $6)) \
-     AND ($3::text IS NULL OR actor = $3) \
-     AND ($4::text IS NULL OR action = $4) \
-     ORDER BY timestamp DESC, seq DESC LIMIT $5";
-
-/// Two statements rather than one with `($7 IS NULL OR ...)`, which no index serves: one
-/// tenant's entries walk `audit_log_by_tenant_time`, every tenant's walk `audit_log_by_time`.
-fn list_sql(by_tenant: bool) -> String {
-    if by_tenant {
-        format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE tenant_id = $7 AND {AUDIT_CONDITIONS}")
-    } else {
-        format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE {AUDIT_CONDITIONS}")
-    }
-}
 
 pub(super) async fn insert_entry<C: GenericClient>(client: &C, row: &AuditRow) -> StoreResult<()> {
     insert(
@@ -40,30 +21,29 @@ pub(super) async fn insert_entry<C: GenericClient>(client: &C, row: &AuditRow) -
     .await
 }
 
-/// The entries `filter` selects, newest first, in one query.
+/// The entries `filter` selects, newest first, in one query ([`audit_list_sql`]: each
+/// combination of filters is a statement of its own, so its generic plan seeks the index the
+/// filters name).
 pub(super) async fn list<C: GenericClient>(
     client: &C,
     filter: &AuditFilter,
 ) -> StoreResult<Vec<AuditEntry>> {
     const OP: &str = "list_audit";
     let bounds = AuditBounds::of(filter);
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &bounds.since,
-        &bounds.until,
-        &filter.actor,
-        &filter.action,
-        &bounds.limit,
-        &bounds.after_id,
-    ];
-    if let Some(tenant) = &filter.tenant_id {
-        params.push(tenant);
-    }
-    fetch_all(
-        client,
-        OP,
-        &list_sql(filter.tenant_id.is_some()),
-        &params,
-        AuditRow::into_domain,
-    )
-    .await
+    let (sql, params) = audit_list_sql(filter, '$');
+    let values: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|param| -> &(dyn ToSql + Sync) {
+            match param {
+                AuditParam::Tenant => &filter.tenant_id,
+                AuditParam::Actor => &filter.actor,
+                AuditParam::Action => &filter.action,
+                AuditParam::Since => &bounds.since,
+                AuditParam::Until => &bounds.until,
+                AuditParam::After => &bounds.after_id,
+                AuditParam::Limit => &bounds.limit,
+            }
+        })
+        .collect();
+    fetch_all(client, OP, &sql, &values, AuditRow::into_domain).await
 }

@@ -28,6 +28,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/postgres/0005_preview_key.sql"),
     ),
     (6, include_str!("../../migrations/postgres/0006_egress.sql")),
+    (
+        7,
+        include_str!("../../migrations/postgres/0007_query_plans.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

@@ -17,6 +17,7 @@ mod workers;
 
 pub use migrate::{rehearse, Rehearsal};
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,7 @@ use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
 use svc_core::{SandboxId, Timestamp};
+use tokio_postgres::types::ToSql;
 
 use crate::rows::{
     self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
@@ -128,8 +130,8 @@ struct SandboxSql {
     pause: String,
     resume: String,
     reassign: String,
-    list: String,
     list_expired: String,
+    newest_active_of_owner: String,
 }
 
 static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
@@ -177,20 +179,13 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
         "UPDATE sandboxes SET worker_id = $3 WHERE id = $1 AND state IN ('running', 'paused') \
          AND worker_id = $2 RETURNING {SANDBOX_COLUMNS}"
     ),
-    list: format!(
-        "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-         WHERE ($1::text IS NULL OR state = $1) \
-         AND (NOT $2 OR state <> 'destroyed') \
-         AND ($3::text IS NULL OR owner_id = $3) \
-         AND ($4::text IS NULL OR provider = $4) \
-         AND ($5::text IS NULL OR tenant_id = $5) \
-         AND ($6::text IS NULL OR worker_id = $6) \
-         AND created_at <= $7::bigint AND (created_at < $7 OR id < $8::text) \
-         ORDER BY created_at DESC, id DESC LIMIT $9::bigint"
-    ),
     list_expired: format!(
         "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
          WHERE state = 'running' AND expires_at <= $1 ORDER BY expires_at, id"
+    ),
+    newest_active_of_owner: format!(
+        "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE owner_id = $1 AND {HOLDS_RUNTIME} \
+         ORDER BY created_at DESC, id DESC LIMIT 1"
     ),
 });
 
@@ -361,27 +356,33 @@ impl Store for PgStore {
 
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
         const OP: &str = "list_sandboxes";
-        let (state, active_only) = filter.state.condition();
+        // Only the filters set, so each combination is a statement of its own with a generic
+        // plan fit for it ([`SandboxFilter::list_clause`]).
+        let sql = format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes {}",
+            filter.list_clause('$')
+        );
+        let equalities = filter.equalities();
         let (after_created, after_id) = filter.keyset();
         // PostgreSQL reads LIMIT NULL as none.
         let limit = filter.limit.map(i64::from);
+        let mut values: Vec<&(dyn ToSql + Sync)> = equalities
+            .iter()
+            .map(|(_, value)| value as &(dyn ToSql + Sync))
+            .collect();
+        values.extend([&after_created as &(dyn ToSql + Sync), &after_id, &limit]);
         let client = self.client(OP).await?;
-        fetch_all(
+        fetch_all(&client, OP, &sql, &values, SandboxRow::into_domain).await
+    }
+
+    async fn newest_active_sandbox_of_owner(&self, owner_id: &str) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "newest_active_sandbox_of_owner";
+        let client = self.client(OP).await?;
+        one_sandbox(
             &client,
             OP,
-            &SANDBOX_SQL.list,
-            &[
-                &state,
-                &active_only,
-                &filter.owner_id,
-                &filter.provider,
-                &filter.tenant_id,
-                &filter.worker_id,
-                &after_created,
-                &after_id,
-                &limit,
-            ],
-            SandboxRow::into_domain,
+            &SANDBOX_SQL.newest_active_of_owner,
+            &[&owner_id],
         )
         .await
     }
@@ -389,17 +390,54 @@ impl Store for PgStore {
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64> {
         const OP: &str = "count_active_sandboxes";
         let client = self.client(OP).await?;
-        let row = query_one(
+        // Two statements rather than one with `($1 IS NULL OR owner_id = $1)`: the generic plan
+        // of that one cannot put the owner into the index condition.
+        let row = match owner_id {
+            Some(owner) => {
+                query_one(
+                    &client,
+                    OP,
+                    &format!(
+                        "SELECT COUNT(*) FROM sandboxes WHERE owner_id = $1 AND {HOLDS_RUNTIME}"
+                    ),
+                    &[&owner],
+                )
+                .await?
+            }
+            None => {
+                query_one(
+                    &client,
+                    OP,
+                    &format!("SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME}"),
+                    &[],
+                )
+                .await?
+            }
+        };
+        count_at(OP, &row, 0)
+    }
+
+    async fn count_active_sandboxes_by_worker(&self) -> StoreResult<BTreeMap<String, u64>> {
+        const OP: &str = "count_active_sandboxes_by_worker";
+        let client = self.client(OP).await?;
+        let rows = query(
             &client,
             OP,
             &format!(
-                "SELECT COUNT(*) FROM sandboxes WHERE {HOLDS_RUNTIME} \
-                 AND ($1::text IS NULL OR owner_id = $1)"
+                "SELECT COALESCE(worker_id, ''), COUNT(*) FROM sandboxes \
+                 WHERE {HOLDS_RUNTIME} GROUP BY COALESCE(worker_id, '')"
             ),
-            &[&owner_id],
+            &[],
         )
         .await?;
-        count_at(OP, &row, 0)
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<_, String>(0).map_err(backend(OP))?,
+                    count_at(OP, row, 1)?,
+                ))
+            })
+            .collect()
     }
 
     async fn sandbox_groups(&self) -> StoreResult<Vec<svc_core::observe::SandboxGroup>> {

@@ -34,6 +34,70 @@ impl AuditBounds {
     }
 }
 
+/// A value an audit listing binds; [`audit_list_sql`] says which, in their parameters' order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuditParam {
+    Tenant,
+    Actor,
+    Action,
+    Since,
+    Until,
+    After,
+    Limit,
+}
+
+/// The listing statement for `filter`, with parameters written `{sigil}n` (`?n` for SQLite,
+/// `$n` for PostgreSQL), and what each binds, in order.
+///
+/// Only the filters that are set appear, so each combination is a statement of its own, and
+/// the index it needs serves it: one tenant's entries walk `audit_log_by_tenant_time`, one
+/// actor's `audit_log_by_actor_time`, every entry `audit_log_by_time`. With `(:x IS NULL OR
+/// col = :x)` no index serves an actor, and an actor with no entries read the whole log (19 ms
+/// for 50,000 entries in the review, 17 µs through the index). A page's start keeps its
+/// condition ([`AuditBounds`]): of the entries at `until`, those written before the last one.
+pub(crate) fn audit_list_sql(filter: &AuditFilter, sigil: char) -> (String, Vec<AuditParam>) {
+    let mut params: Vec<AuditParam> = Vec::new();
+    let mut bind = |param: AuditParam| {
+        let number = match params.iter().position(|bound| *bound == param) {
+            Some(index) => index + 1,
+            None => {
+                params.push(param);
+                params.len()
+            }
+        };
+        format!("{sigil}{number}")
+    };
+    let mut conditions = Vec::new();
+    for (set, column, param) in [
+        (filter.tenant_id.is_some(), "tenant_id", AuditParam::Tenant),
+        (filter.actor.is_some(), "actor", AuditParam::Actor),
+        (filter.action.is_some(), "action", AuditParam::Action),
+    ] {
+        if set {
+            conditions.push(format!("{column} = {}", bind(param)));
+        }
+    }
+    conditions.push(format!(
+        "timestamp BETWEEN {} AND {}",
+        bind(AuditParam::Since),
+        bind(AuditParam::Until)
+    ));
+    if filter.after.is_some() {
+        conditions.push(format!(
+            "(timestamp < {} OR seq < (SELECT seq FROM audit_log WHERE id = {}))",
+            bind(AuditParam::Until),
+            bind(AuditParam::After)
+        ));
+    }
+    let limit = bind(AuditParam::Limit);
+    let sql = format!(
+        "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE {} \
+         ORDER BY timestamp DESC, seq DESC LIMIT {limit}",
+        conditions.join(" AND ")
+    );
+    (sql, params)
+}
+
 stored_row! {
     /// An audit row as stored.
     struct AuditRow {

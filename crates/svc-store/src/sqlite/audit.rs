@@ -1,29 +1,11 @@
 //! The audit log on SQLite: appended one row at a time, listed newest first in one query.
 
-use rusqlite::{named_params, Connection};
+use rusqlite::{Connection, ToSql};
 use svc_core::audit::AuditFilter;
 
 use super::codec::{backend, conflict_or_backend, read};
-use crate::rows::{AuditBounds, AuditRow, AUDIT_COLUMNS};
+use crate::rows::{audit_list_sql, AuditBounds, AuditParam, AuditRow, AUDIT_COLUMNS};
 use crate::StoreResult;
-
-/// The conditions every listing shares ([`AuditBounds`]). Newest first, entries of the same microsecond by insertion.
-const AUDIT_CONDITIONS: &str = "timestamp BETWEEN :since AND :until \
-     AND (:after IS NULL OR timestamp < :until \
-          OR seq < (SELECT seq FROM audit_log WHERE id = :after)) \
-     AND (:actor IS NULL OR actor = :actor) \
-     AND (:action IS NULL OR action = :action) \
-     ORDER BY timestamp DESC, seq DESC LIMIT :limit";
-
-/// Two statements rather than one with `(:tenant IS NULL OR ...)`, which no index serves: one
-/// tenant's entries walk `audit_log_by_tenant_time`, every tenant's walk `audit_log_by_time`.
-fn list_sql(by_tenant: bool) -> String {
-    if by_tenant {
-        format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE tenant_id = :tenant AND {AUDIT_CONDITIONS}")
-    } else {
-        format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE {AUDIT_CONDITIONS}")
-    }
-}
 
 pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
     conn.prepare_cached(&format!(
@@ -34,39 +16,30 @@ pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
     Ok(())
 }
 
-/// The rows `filter` selects, newest first, in one query; decoded by the caller.
+/// The rows `filter` selects, newest first, in one query ([`audit_list_sql`]); decoded by the
+/// caller.
 pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<AuditRow>> {
     const OP: &str = "list_audit";
     let bounds = AuditBounds::of(filter);
-    let mut stmt = conn
-        .prepare_cached(&list_sql(filter.tenant_id.is_some()))
+    let (sql, params) = audit_list_sql(filter, '?');
+    let values: Vec<&dyn ToSql> = params
+        .iter()
+        .map(|param| -> &dyn ToSql {
+            match param {
+                AuditParam::Tenant => &filter.tenant_id,
+                AuditParam::Actor => &filter.actor,
+                AuditParam::Action => &filter.action,
+                AuditParam::Since => &bounds.since,
+                AuditParam::Until => &bounds.until,
+                AuditParam::After => &bounds.after_id,
+                AuditParam::Limit => &bounds.limit,
+            }
+        })
+        .collect();
+    let mut stmt = conn.prepare_cached(&sql).map_err(backend(OP))?;
+    let rows = stmt
+        .query_map(values.as_slice(), read::<AuditRow>)
         .map_err(backend(OP))?;
-    let rows = match &filter.tenant_id {
-        Some(tenant) => stmt.query_map(
-            named_params! {
-                ":tenant": tenant,
-                ":since": bounds.since,
-                ":until": bounds.until,
-                ":after": bounds.after_id,
-                ":actor": filter.actor,
-                ":action": filter.action,
-                ":limit": bounds.limit,
-            },
-            read::<AuditRow>,
-        ),
-        None => stmt.query_map(
-            named_params! {
-                ":since": bounds.since,
-                ":until": bounds.until,
-                ":after": bounds.after_id,
-                ":actor": filter.actor,
-                ":action": filter.action,
-                ":limit": bounds.limit,
-            },
-            read::<AuditRow>,
-        ),
-    }
-    .map_err(backend(OP))?;
     rows.map(|row| row.map_err(backend(OP))).collect()
 }
 
@@ -74,33 +47,64 @@ pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<A
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use svc_core::audit::AuditPosition;
+
     use super::*;
 
-    /// The plan of each listing statement: an index range walked backwards, no sort.
+    /// The plan of each listing statement: the range of the index its filters name, walked
+    /// backwards, no sort; with or without a page's start, and whatever action is asked for.
     #[test]
     fn listings_walk_an_index_newest_first() {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrate::run(&mut conn).unwrap();
-        for (by_tenant, index) in [
-            (true, "audit_log_by_tenant_time"),
-            (false, "audit_log_by_time"),
+        for (tenant, actor, index) in [
+            (
+                true,
+                false,
+                "audit_log_by_tenant_time (tenant_id=? AND timestamp>? AND timestamp<?)",
+            ),
+            (
+                false,
+                true,
+                "audit_log_by_actor_time (actor=? AND timestamp>? AND timestamp<?)",
+            ),
+            (
+                false,
+                false,
+                "audit_log_by_time (timestamp>? AND timestamp<?)",
+            ),
         ] {
-            let mut stmt = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(by_tenant)))
-                .unwrap();
-            // The plan does not depend on the values: every parameter is NULL here.
-            for index in 1..=stmt.parameter_count() {
-                stmt.raw_bind_parameter(index, rusqlite::types::Null)
-                    .unwrap();
+            for (action, after) in [(false, false), (true, false), (false, true), (true, true)] {
+                let filter = AuditFilter {
+                    tenant_id: tenant.then(|| "acme".into()),
+                    actor: actor.then(|| "alice".into()),
+                    action: action.then(|| "sandbox.create".into()),
+                    after: after.then(|| AuditPosition {
+                        timestamp: chrono::DateTime::from_timestamp(1_000_000, 0).unwrap(),
+                        id: "au-1".into(),
+                    }),
+                    ..AuditFilter::default()
+                };
+                let (sql, params) = audit_list_sql(&filter, '?');
+                let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+                assert_eq!(stmt.parameter_count(), params.len(), "{sql}");
+                // The plan does not depend on the values: every parameter is NULL here.
+                for index in 1..=stmt.parameter_count() {
+                    stmt.raw_bind_parameter(index, rusqlite::types::Null)
+                        .unwrap();
+                }
+                let mut rows = stmt.raw_query();
+                let mut plan = String::new();
+                while let Some(row) = rows.next().unwrap() {
+                    plan.push_str(&row.get::<_, String>(3).unwrap());
+                    plan.push('\n');
+                }
+                assert!(
+                    plan.starts_with(&format!("SEARCH audit_log USING INDEX {index}")),
+                    "{filter:?}: {plan}"
+                );
+                assert!(!plan.contains("TEMP B-TREE"), "{filter:?}: {plan}");
             }
-            let mut rows = stmt.raw_query();
-            let mut plan = String::new();
-            while let Some(row) = rows.next().unwrap() {
-                plan.push_str(&row.get::<_, String>(3).unwrap());
-                plan.push('\n');
-            }
-            assert!(plan.contains(index), "{plan}");
-            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
         }
     }
 }

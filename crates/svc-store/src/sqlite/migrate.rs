@@ -53,6 +53,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0011_preview_key.sql"),
     ),
     (12, include_str!("../../migrations/sqlite/0012_egress.sql")),
+    (
+        13,
+        include_str!("../../migrations/sqlite/0013_query_plans.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

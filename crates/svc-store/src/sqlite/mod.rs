@@ -10,12 +10,13 @@ mod quotas;
 mod tenants;
 mod workers;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension, ToSql, TransactionBehavior};
 use svc_core::access::Role;
 use svc_core::admission::Admission;
 use svc_core::audit::{AuditEntry, AuditFilter};
@@ -109,16 +110,6 @@ pub async fn inspect(path: impl AsRef<Path>) -> StoreResult<Option<(i64, i64)>> 
     })?
 }
 
-/// One statement for every filter combination, so it is prepared once and cached.
-const LIST_SANDBOXES: &str = "WHERE (:state IS NULL OR state = :state) \
-     AND (:active_only = 0 OR state != 'destroyed') \
-     AND (:owner IS NULL OR owner_id = :owner) \
-     AND (:provider IS NULL OR provider = :provider) \
-     AND (:tenant IS NULL OR tenant_id = :tenant) \
-     AND (:worker IS NULL OR worker_id = :worker) \
-     AND created_at <= :after_created AND (created_at < :after_created OR id < :after_id) \
-     ORDER BY created_at DESC, id DESC LIMIT :limit";
-
 /// The states that hold a runtime and so count toward capacity.
 const HOLDS_RUNTIME: &str = "state IN ('creating', 'running', 'paused')";
 
@@ -142,8 +133,8 @@ struct SandboxSql {
     pause: String,
     resume: String,
     reassign: String,
-    list: String,
     list_expired: String,
+    newest_active_of_owner: String,
 }
 
 static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
@@ -176,12 +167,34 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
         "UPDATE sandboxes SET worker_id = ?3 WHERE id = ?1 AND state IN ('running', 'paused') \
          AND worker_id = ?2 RETURNING {SANDBOX_COLUMNS}"
     ),
-    list: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes {LIST_SANDBOXES}"),
     list_expired: format!(
         "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
          WHERE state = 'running' AND expires_at <= ?1 ORDER BY expires_at, id"
     ),
+    newest_active_of_owner: format!(
+        "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE owner_id = ?1 AND {HOLDS_RUNTIME} \
+         ORDER BY created_at DESC, id DESC LIMIT 1"
+    ),
 });
+
+/// The list statement for `filter` (only the filters set, [`SandboxFilter::list_clause`]) and
+/// its parameters, handed to `run`.
+fn with_list_statement<T>(filter: &SandboxFilter, run: impl FnOnce(&str, &[&dyn ToSql]) -> T) -> T {
+    let sql = format!(
+        "SELECT {SANDBOX_COLUMNS} FROM sandboxes {}",
+        filter.list_clause('?')
+    );
+    let equalities = filter.equalities();
+    let (after_created, after_id) = filter.keyset();
+    // SQLite reads a negative limit as none.
+    let limit = filter.limit.map_or(-1, i64::from);
+    let mut values: Vec<&dyn ToSql> = equalities
+        .iter()
+        .map(|(_, value)| value as &dyn ToSql)
+        .collect();
+    values.extend([&after_created as &dyn ToSql, &after_id, &limit]);
+    run(&sql, &values)
+}
 
 /// Runs a cached statement that yields at most one sandbox row. The row comes back raw and is
 /// decoded by [`decoded`] after the connection is released: the writer connection is the one
@@ -384,34 +397,31 @@ impl Store for SqliteStore {
     }
 
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> StoreResult<Vec<Sandbox>> {
+        const OP: &str = "list_sandboxes";
         let filter = filter.clone();
         self.connections
-            .read("list_sandboxes", move |conn| {
-                let (state, active_only) = filter.state.condition();
-                let (after_created, after_id) = filter.keyset();
-                let mut stmt = conn
-                    .prepare_cached(&SANDBOX_SQL.list)
-                    .map_err(codec::backend("list_sandboxes"))?;
-                let rows = stmt
-                    .query_map(
-                        rusqlite::named_params! {
-                            ":state": state,
-                            ":active_only": active_only,
-                            ":owner": filter.owner_id,
-                            ":provider": filter.provider,
-                            ":tenant": filter.tenant_id,
-                            ":worker": filter.worker_id,
-                            ":after_created": after_created,
-                            ":after_id": after_id,
-                            // SQLite reads a negative limit as none.
-                            ":limit": filter.limit.map_or(-1, i64::from),
-                        },
-                        read::<SandboxRow>,
-                    )
-                    .map_err(codec::backend("list_sandboxes"))?;
-                collect("list_sandboxes", rows, SandboxRow::into_domain)
+            .read(OP, move |conn| {
+                with_list_statement(&filter, |sql, values| {
+                    let mut stmt = conn.prepare_cached(sql).map_err(codec::backend(OP))?;
+                    let rows = stmt
+                        .query_map(values, read::<SandboxRow>)
+                        .map_err(codec::backend(OP))?;
+                    collect(OP, rows, SandboxRow::into_domain)
+                })
             })
             .await
+    }
+
+    async fn newest_active_sandbox_of_owner(&self, owner_id: &str) -> StoreResult<Option<Sandbox>> {
+        const OP: &str = "newest_active_sandbox_of_owner";
+        let owner = owner_id.to_owned();
+        decoded(
+            self.connections
+                .read(OP, move |conn| {
+                    one_sandbox(conn, OP, &SANDBOX_SQL.newest_active_of_owner, [&owner])
+                })
+                .await,
+        )
     }
 
     async fn count_active_sandboxes(&self, owner_id: Option<&str>) -> StoreResult<u64> {
@@ -419,6 +429,27 @@ impl Store for SqliteStore {
         self.connections
             .read("count_active_sandboxes", move |conn| {
                 quotas::count_holding(conn, "count_active_sandboxes", owner_id.as_deref())
+            })
+            .await
+    }
+
+    async fn count_active_sandboxes_by_worker(&self) -> StoreResult<BTreeMap<String, u64>> {
+        const OP: &str = "count_active_sandboxes_by_worker";
+        self.connections
+            .read(OP, move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT COALESCE(worker_id, ''), COUNT(*) FROM sandboxes \
+                         WHERE {HOLDS_RUNTIME} GROUP BY COALESCE(worker_id, '')"
+                    ))
+                    .map_err(codec::backend(OP))?;
+                let rows = stmt
+                    .query_map([], |row| {
+                        Ok((row.get::<_, String>(0)?, rows::count(row.get(1)?)))
+                    })
+                    .map_err(codec::backend(OP))?;
+                rows.collect::<Result<BTreeMap<_, _>, _>>()
+                    .map_err(codec::backend(OP))
             })
             .await
     }
@@ -553,15 +584,18 @@ impl Store for SqliteStore {
                 const OP: &str = "purge_destroyed_before";
                 let tx = conn.transaction().map_err(codec::backend(OP))?;
                 // A purged sandbox's lease goes with it: nothing can act on that ID again.
+                // `+state` keeps SQLite off the state index, which walks every ended sandbox
+                // ever kept: `sandboxes_by_ended` seeks only those ended before the cutoff
+                // (none, mostly, as the purge runs often).
                 tx.execute(
                     "DELETE FROM leases WHERE resource_id IN (SELECT id FROM sandboxes \
-                     WHERE state IN ('destroyed', 'error') AND ended_at < ?1)",
+                     WHERE +state IN ('destroyed', 'error') AND ended_at < ?1)",
                     [micros(cutoff)],
                 )
                 .map_err(codec::backend(OP))?;
                 let deleted = tx
                     .execute(
-                        "DELETE FROM sandboxes WHERE state IN ('destroyed', 'error') AND ended_at < ?1",
+                        "DELETE FROM sandboxes WHERE +state IN ('destroyed', 'error') AND ended_at < ?1",
                         [micros(cutoff)],
                     )
                     .map_err(codec::backend(OP))?;
@@ -1075,45 +1109,92 @@ impl Store for SqliteStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::{SandboxPosition, StateFilter};
 
-    /// Every page of `GET /sandboxes` seeks the `(created_at, id)` index to its start
-    /// (`SEARCH`), whatever the filters and whether a cursor is given: no page reads the list
-    /// from the newest sandbox.
+    /// The query plan of `sql` with `values` bound, one step a line.
+    fn plan(conn: &rusqlite::Connection, sql: &str, values: &[&dyn ToSql]) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let detail: Vec<String> = stmt
+            .query_map(values, |row| row.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        detail.join("\n")
+    }
+
+    /// Every page of `GET /sandboxes` seeks an index ending in `(created_at, id)` to its start
+    /// (`SEARCH`, no sort), with or without a cursor: the creation index for the unfiltered
+    /// list, the owner's or the tenant's when one is named. No page reads the list from the
+    /// newest sandbox, nor every sandbox of other owners or tenants.
     #[tokio::test]
     async fn sandbox_pages_seek_the_creation_index() {
         let store = SqliteStore::open(":memory:").await.unwrap();
+        let cursor = SandboxPosition {
+            created_at: chrono::DateTime::from_timestamp(1_000_000, 0).unwrap(),
+            id: "sb-1".into(),
+        };
+        let by_created = "SEARCH sandboxes USING INDEX sandboxes_by_created (created_at<?)";
+        let by_owner =
+            "SEARCH sandboxes USING INDEX sandboxes_by_owner_created (owner_id=? AND created_at<?)";
+        let by_tenant = "SEARCH sandboxes USING INDEX sandboxes_by_tenant_created \
+                         (tenant_id=? AND created_at<?)";
+        let mut cases = Vec::new();
+        for after in [None, Some(cursor)] {
+            let page = SandboxFilter {
+                after,
+                limit: Some(101),
+                ..SandboxFilter::default()
+            };
+            cases.push((page.clone(), by_created));
+            cases.push((
+                SandboxFilter {
+                    state: StateFilter::All,
+                    ..page.clone()
+                },
+                by_created,
+            ));
+            cases.push((
+                SandboxFilter {
+                    owner_id: Some("alice".into()),
+                    ..page.clone()
+                },
+                by_owner,
+            ));
+            cases.push((
+                SandboxFilter {
+                    tenant_id: Some("acme".into()),
+                    ..page.clone()
+                },
+                by_tenant,
+            ));
+        }
         let plans = store
             .connections
-            .read("explain", |conn| {
-                let mut plans = Vec::new();
-                for (owner, after) in [(None, i64::MAX), (Some("alice"), 1_000_000)] {
-                    let mut stmt = conn
-                        .prepare(&format!("EXPLAIN QUERY PLAN {}", SANDBOX_SQL.list))
-                        .unwrap();
-                    let detail: Vec<String> = stmt
-                        .query_map(
-                            rusqlite::named_params! {
-                                ":state": None::<String>, ":active_only": true,
-                                ":owner": owner, ":provider": None::<String>,
-                                ":tenant": None::<String>, ":worker": None::<String>,
-                                ":after_created": after, ":after_id": "sb-1", ":limit": 101,
-                            },
-                            |row| row.get::<_, String>(3),
-                        )
-                        .unwrap()
-                        .map(Result::unwrap)
-                        .collect();
-                    plans.push(detail.join("; "));
-                }
+            .read("explain", move |conn| {
+                let mut plans: Vec<(SandboxFilter, &str, String)> = cases
+                    .into_iter()
+                    .map(|(filter, index)| {
+                        let plan =
+                            with_list_statement(&filter, |sql, values| plan(conn, sql, values));
+                        (filter, index, plan)
+                    })
+                    .collect();
+                // A pool's check of an owner's live sandbox: that owner's rows, newest first.
+                plans.push((
+                    SandboxFilter {
+                        owner_id: Some("alice".into()),
+                        ..SandboxFilter::default()
+                    },
+                    "SEARCH sandboxes USING INDEX sandboxes_by_owner_created (owner_id=?)",
+                    plan(conn, &SANDBOX_SQL.newest_active_of_owner, &[&"alice"]),
+                ));
                 Ok(plans)
             })
             .await
             .unwrap();
-        for plan in plans {
-            assert!(
-                plan.contains("SEARCH sandboxes USING INDEX sandboxes_by_created (created_at<?)"),
-                "{plan}"
-            );
+        for (filter, index, plan) in plans {
+            assert!(plan.starts_with(index), "{filter:?}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{filter:?}: {plan}");
         }
     }
 }

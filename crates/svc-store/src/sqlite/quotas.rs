@@ -64,30 +64,45 @@ pub(super) fn summary(conn: &Connection) -> StoreResult<QuotaSummary> {
     .map_err(backend("quota_summary"))
 }
 
-/// Sandboxes holding a runtime, optionally of one owner.
+/// Sandboxes holding a runtime, optionally of one owner. Two statements rather than one with
+/// `(?1 IS NULL OR owner_id = ?1)`, which SQLite cannot seek an index with: the owner's count
+/// reads `sandboxes_by_owner` alone (18 µs rather than 0.55 ms in the review, 10,000
+/// sandboxes).
 pub(super) fn count_holding(
     conn: &Connection,
     operation: &'static str,
     owner_id: Option<&str>,
 ) -> StoreResult<u64> {
-    conn.prepare_cached(
-        "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running', 'paused') \
-         AND (?1 IS NULL OR owner_id = ?1)",
-    )
-    .and_then(|mut stmt| stmt.query_row([owner_id], |row| row.get(0)))
+    match owner_id {
+        Some(owner) => conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM sandboxes WHERE owner_id = ?1 \
+                 AND state IN ('creating', 'running', 'paused')",
+            )
+            .and_then(|mut stmt| stmt.query_row([owner], |row| row.get(0))),
+        None => conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running', 'paused')",
+            )
+            .and_then(|mut stmt| stmt.query_row([], |row| row.get(0))),
+    }
     .map(count)
     .map_err(backend(operation))
 }
 
-/// Both counts in one pass over the sandboxes holding a runtime (the writer is held meanwhile).
+/// Both counts in one statement (the writer is held meanwhile), each a subquery on its own
+/// index: all of them on the state index, the owner's on `sandboxes_by_owner`. One pass with
+/// `COUNT(*) FILTER (WHERE owner_id = ?1)` read every live row for the owner's count too.
 fn count_both(
     conn: &Connection,
     operation: &'static str,
     owner_id: &str,
 ) -> StoreResult<ActiveCounts> {
     conn.prepare_cached(
-        "SELECT COUNT(*), COUNT(*) FILTER (WHERE owner_id = ?1) FROM sandboxes \
-         WHERE state IN ('creating', 'running', 'paused')",
+        "SELECT (SELECT COUNT(*) FROM sandboxes \
+                 WHERE state IN ('creating', 'running', 'paused')), \
+                (SELECT COUNT(*) FROM sandboxes WHERE owner_id = ?1 \
+                 AND state IN ('creating', 'running', 'paused'))",
     )
     .and_then(|mut stmt| {
         stmt.query_row([owner_id], |row| {
