@@ -14,6 +14,6 @@ ALTER TABLE exec_records ALTER COLUMN sandbox_id TYPE TEXT COLLATE "C";
 
 -- Pruning deletes the events older than a time; rows are appended in time order, so a BRIN
 -- index of a few pages finds them without a B-tree on every append (without it, every prune
--- read the whole table). Ranges filled since the last (auto)vacuum are not summarised yet and
--- are read whole.
-CREATE INDEX events_by_created ON events USING brin (created_at);
+-- read the whole table). `autosummarize` summarises each filled range as it closes rather than
+-- at the next vacuum, which would leave recent ranges to be read whole.
+CREATE INDEX events_by_created ON events USING brin (created_at) WITH (autosummarize = on);
