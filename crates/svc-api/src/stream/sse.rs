@@ -34,9 +34,10 @@ pub(crate) fn event_stream(
                 () = shutdown.cancelled() => return None,
             };
             match received {
-                Ok(event) => {
-                    let json = serde_json::to_string(event.as_ref()).unwrap_or_default();
-                    let sse = SseEvent::default().id(event.id.clone()).data(json);
+                Ok(delivery) => {
+                    let sse = SseEvent::default()
+                        .id(delivery.id.as_str())
+                        .data(delivery.json());
                     Some((Ok(sse), Some(subscription)))
                 }
                 // Told, then dropped: no `id:`, so a resume names the last event it did get.

@@ -26,8 +26,8 @@ pub struct EventStats {
 
 /// Publishes events to subscribers and keeps the most recent ones.
 pub struct EventBus {
-    sender: broadcast::Sender<Arc<Event>>,
-    history: Mutex<VecDeque<Arc<Event>>>,
+    sender: broadcast::Sender<Arc<Delivery>>,
+    history: Mutex<VecDeque<Arc<Delivery>>>,
     history_capacity: usize,
     clock: Arc<dyn Clock>,
     /// Random per process, so IDs from different replicas never collide.
@@ -43,6 +43,45 @@ pub struct EventBus {
 /// never do).
 const OUTBOX_CAPACITY: usize = 10_000;
 
+/// An event as subscribers get it: the event, and its JSON, made once for all of them (with
+/// thousands of subscribers, serializing per subscriber was most of an event's fan-out).
+#[derive(Debug)]
+pub struct Delivery {
+    event: Arc<Event>,
+    json: OnceLock<Box<str>>,
+}
+
+impl Delivery {
+    fn new(event: Arc<Event>) -> Arc<Self> {
+        Arc::new(Delivery {
+            event,
+            json: OnceLock::new(),
+        })
+    }
+
+    /// The event.
+    pub fn event(&self) -> &Arc<Event> {
+        &self.event
+    }
+
+    /// The event as JSON, as the wire carries it.
+    pub fn json(&self) -> &str {
+        self.json.get_or_init(|| {
+            serde_json::to_string(self.event.as_ref())
+                .unwrap_or_default()
+                .into_boxed_str()
+        })
+    }
+}
+
+impl std::ops::Deref for Delivery {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.event
+    }
+}
+
 /// A live subscription: replayed history first, then live events, both filtered.
 ///
 /// Live events come from one ring shared by every subscriber (`events.subscriber_buffer`
@@ -50,8 +89,8 @@ const OUTBOX_CAPACITY: usize = 10_000;
 /// slow subscriber costs no memory of its own, and one that falls a whole ring behind is told
 /// ([`Ended::Overflow`]) and ends rather than silently skipping.
 pub struct Subscription {
-    replay: VecDeque<Arc<Event>>,
-    receiver: broadcast::Receiver<Arc<Event>>,
+    replay: VecDeque<Arc<Delivery>>,
+    receiver: broadcast::Receiver<Arc<Delivery>>,
     filter: EventFilter,
     ended: bool,
 }
@@ -71,7 +110,7 @@ pub enum Ended {
 
 impl Subscription {
     /// The next matching event, or why there is none and never will be.
-    pub async fn recv(&mut self) -> Result<Arc<Event>, Ended> {
+    pub async fn recv(&mut self) -> Result<Arc<Delivery>, Ended> {
         if let Some(event) = self.replay.pop_front() {
             return Ok(event);
         }
@@ -80,7 +119,7 @@ impl Subscription {
         }
         loop {
             match self.receiver.recv().await {
-                Ok(event) if self.filter.matches(&event) => return Ok(event),
+                Ok(delivery) if self.filter.matches(&delivery.event) => return Ok(delivery),
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     self.ended = true;
@@ -97,7 +136,10 @@ impl Subscription {
 
     /// The next matching event; `None` once the subscription ended (see [`Subscription::recv`]).
     pub async fn next(&mut self) -> Option<Arc<Event>> {
-        self.recv().await.ok()
+        self.recv()
+            .await
+            .ok()
+            .map(|delivery| Arc::clone(&delivery.event))
     }
 }
 
@@ -180,10 +222,11 @@ impl EventBus {
         if history.len() == self.history_capacity {
             history.pop_front();
         }
-        history.push_back(Arc::clone(event));
+        let delivery = Delivery::new(Arc::clone(event));
+        history.push_back(Arc::clone(&delivery));
         self.total.fetch_add(1, Ordering::Relaxed);
         // No receivers is not an error: events still go to history.
-        let _ = self.sender.send(Arc::clone(event));
+        let _ = self.sender.send(delivery);
     }
 
     /// This process's instance ID (a part of every event ID it makes).
@@ -219,7 +262,7 @@ impl EventBus {
                 history
                     .iter()
                     .skip(start)
-                    .filter(|event| filter.matches(event))
+                    .filter(|delivery| filter.matches(&delivery.event))
                     .cloned()
                     .collect()
             }
@@ -239,7 +282,7 @@ impl EventBus {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .cloned()
+            .map(|delivery| Arc::clone(&delivery.event))
             .collect()
     }
 

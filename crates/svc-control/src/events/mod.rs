@@ -6,7 +6,7 @@ mod bus;
 mod filter;
 pub(crate) mod relay;
 
-pub use bus::{Ended, EventBus, EventStats, Subscription};
+pub use bus::{Delivery, Ended, EventBus, EventStats, Subscription};
 pub use filter::EventFilter;
 
 use svc_core::access::Action;
