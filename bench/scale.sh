@@ -29,6 +29,9 @@ dsn="${SVC_BENCH_POSTGRES_DSN:-}"
 cargo build --release --quiet -p svc -p svc-bench
 svc="$PWD/target/release/svc"
 bench="$PWD/target/release/svc-bench"
+# Servers still up when a run fails are stopped on the way out.
+started=()
+trap 'for p in "${started[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
 # run CONFIG SIZE [ARGS...]: svc-bench scale on fresh servers of CONFIG; its output.
 run() {
@@ -45,6 +48,7 @@ run() {
         port=$((base_port + i))
         svc_start "$svc" "${works[$i]}" "${settings[@]}" "SVC_WORKER__ID=w$i"
         pids+=("$pid")
+        started+=("$pid")
         urls+=("http://127.0.0.1:$port")
     done
     "$bench" scale --replicas "$(IFS=,; echo "${urls[*]}")" --pids "$(IFS=,; echo "${pids[*]}")" \

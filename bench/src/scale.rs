@@ -89,6 +89,11 @@ pub(crate) async fn run(url: &str, args: &ScaleArgs) -> anyhow::Result<()> {
 
     // Memory first, on the fresh server: what the live sandboxes hold, not what churn left.
     let rss_before_fill = rss(&args.pids);
+    if args.sandboxes == 0 {
+        // The empty run's warm-up, as filling is the full run's: a fresh server's first seconds
+        // (connections opening, caches filling) are not what is compared.
+        measure(&client, &bases, Kind::SpawnDestroy, args.concurrency, 0, 2).await?;
+    }
     let filled = Instant::now();
     let sandboxes = fill(&client, &bases, args.sandboxes, args.concurrency).await?;
     let fill_secs = filled.elapsed().as_secs_f64();
@@ -347,9 +352,42 @@ async fn streams(
 async fn subscriber(
     base: &str,
     stall: bool,
-    ready: mpsc::Sender<()>,
+    ready: mpsc::Sender<anyhow::Result<()>>,
     seen: mpsc::UnboundedSender<(usize, Instant)>,
 ) -> anyhow::Result<tokio::net::TcpStream> {
+    let (stream, text) = match subscribe(base, stall).await {
+        Ok(opened) => opened,
+        Err(err) => {
+            let _ = ready
+                .send(Err(anyhow::anyhow!("a subscriber: {err:#}")))
+                .await;
+            return Err(err);
+        }
+    };
+    let _ = ready.send(Ok(())).await;
+    if stall {
+        return Ok(stream);
+    }
+    read_events(stream, text, seen).await
+}
+
+/// Opens `GET /events` (retrying a refused or reset connection a few times: thousands of
+/// connects at once can overflow the listen backlog); the stream and what was read of it.
+async fn subscribe(base: &str, stall: bool) -> anyhow::Result<(tokio::net::TcpStream, String)> {
+    let mut attempt = 0;
+    loop {
+        match open_events(base, stall).await {
+            Ok(opened) => return Ok(opened),
+            Err(_) if attempt < 5 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+async fn open_events(base: &str, stall: bool) -> anyhow::Result<(tokio::net::TcpStream, String)> {
     let authority = base.trim_start_matches("http://");
     let addr: std::net::SocketAddr = authority.parse().context("replica address")?;
     let socket = tokio::net::TcpSocket::new_v4()?;
@@ -375,10 +413,16 @@ async fn subscriber(
     if !text.starts_with("HTTP/1.1 200") {
         bail!("events: {}", text.lines().next().unwrap_or_default());
     }
-    let _ = ready.send(()).await;
-    if stall {
-        return Ok(stream);
-    }
+    Ok((stream, text))
+}
+
+/// Reports each `quota.saved` event read from an open events stream.
+async fn read_events(
+    mut stream: tokio::net::TcpStream,
+    text: String,
+    seen: mpsc::UnboundedSender<(usize, Instant)>,
+) -> anyhow::Result<tokio::net::TcpStream> {
+    let mut buffer = vec![0u8; 4096];
     let mut count = 0;
     let mut pending = text
         .split_once("\r\n\r\n")
@@ -429,7 +473,8 @@ async fn fan_out(
     for _ in 0..args.subscribers {
         tokio::time::timeout(Duration::from_secs(60), ready.recv())
             .await
-            .context("subscribers connecting")?;
+            .context("subscribers connecting")?
+            .context("subscribers gone")??;
     }
     let connect_secs = connected.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_millis(500)).await;

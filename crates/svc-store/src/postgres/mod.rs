@@ -308,7 +308,7 @@ impl Store for PgStore {
     ) -> StoreResult<Admission> {
         const OP: &str = "check_admission";
         let client = self.client(OP).await?;
-        // One statement, so the quota and both counts come from one snapshot.
+        // A report: the counts it shows are read even when no limit needs them.
         Ok(
             quotas::decide(&client, OP, owner_id, lifetime, limits, true)
                 .await?

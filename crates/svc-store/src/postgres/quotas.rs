@@ -1,7 +1,9 @@
-//! Owner quotas and admission on PostgreSQL. The admission read is one statement (the owner's
-//! quota and both counts from one snapshot); a spawn makes it inside the admitting transaction,
-//! after the admission lock, so no other replica's spawn can land between the decision and the
-//! insert.
+//! Owner quotas and admission on PostgreSQL. A spawn reads the owner's quota and counts what
+//! its limits need inside the admitting transaction, after the admission lock, so no other
+//! replica's spawn can land between the decision and the insert. Counting walks every live
+//! sandbox, and the lock serialises admissions across replicas, so nothing is counted that no
+//! limit asks for: with 10,000 live sandboxes an unconditional count capped every replica
+//! together at about 360 spawns a second.
 
 use std::time::Duration;
 
@@ -10,8 +12,8 @@ use svc_core::admission::{ActiveCounts, Admission};
 use svc_core::quota::{GlobalLimits, QuotaLimits, QuotaSummary};
 use svc_core::Timestamp;
 
-use super::codec::{backend, count_at, fetch_one, fetch_opt, params, query_one};
-use crate::rows::{quota_limits, AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
+use super::codec::{count_at, fetch_one, fetch_opt, params, query_one};
+use crate::rows::{AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
 use crate::StoreResult;
 
 /// Serialises admissions: every admitting transaction takes it first and holds it to its end.
@@ -20,13 +22,17 @@ use crate::StoreResult;
 pub(super) const ADMISSION_LOCK: &str =
     "SELECT pg_advisory_xact_lock(1937138529, hashtext(COALESCE(current_schema(), '')))";
 
-/// The owner's quota (NULLs without one) and the sandboxes holding a runtime, in all and the
-/// owner's, in one snapshot.
-const ADMISSION_READ: &str = "SELECT q.max_sandboxes, q.max_ttl_secs, q.max_exec_timeout_secs, \
-     c.active, c.owner_active \
-     FROM (SELECT COUNT(*) AS active, COUNT(*) FILTER (WHERE owner_id = $1) AS owner_active \
-           FROM sandboxes WHERE state IN ('creating', 'running', 'paused')) AS c \
-     LEFT JOIN owner_quotas AS q ON q.owner_id = $1";
+/// The sandboxes holding a runtime, in all and the owner's, in one snapshot.
+const COUNT_BOTH: &str = "SELECT COUNT(*), COUNT(*) FILTER (WHERE owner_id = $1) \
+     FROM sandboxes WHERE state IN ('creating', 'running', 'paused')";
+
+/// The sandboxes holding a runtime.
+const COUNT_ALL: &str =
+    "SELECT COUNT(*) FROM sandboxes WHERE state IN ('creating', 'running', 'paused')";
+
+/// The owner's sandboxes holding a runtime.
+const COUNT_OWNER: &str = "SELECT COUNT(*) FROM sandboxes \
+     WHERE owner_id = $1 AND state IN ('creating', 'running', 'paused')";
 
 /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, as
 /// the database is now to `client` (a transaction holding the admission lock, for a spawn), and
@@ -39,23 +45,39 @@ pub(super) async fn decide<C: GenericClient>(
     limits: GlobalLimits,
     report: bool,
 ) -> StoreResult<(Admission, bool)> {
-    let row = query_one(client, operation, ADMISSION_READ, &[&owner_id]).await?;
-    let stored = |index: usize| {
-        row.try_get::<_, Option<i64>>(index)
-            .map_err(backend(operation))
-    };
-    let quota: Option<QuotaLimits> = match (stored(0)?, stored(1)?, stored(2)?) {
-        (Some(max_sandboxes), Some(max_ttl), Some(max_exec_timeout)) => {
-            Some(quota_limits(max_sandboxes, max_ttl, max_exec_timeout))
-        }
-        _ => None,
-    };
-    let counts = ActiveCounts {
-        active: count_at(operation, &row, 3)?,
-        owner_active: count_at(operation, &row, 4)?,
+    let quota = if owner_id.is_empty() {
+        None
+    } else {
+        get(client, owner_id).await?.map(|row| row.limits())
     };
     let plan = AdmissionPlan::new(owner_id, limits, quota, report);
     let (all, own) = plan.counts_needed();
+    let counts = match (all, own) {
+        (false, false) => ActiveCounts::default(),
+        (true, true) => {
+            let row = query_one(client, operation, COUNT_BOTH, &[&owner_id]).await?;
+            ActiveCounts {
+                active: count_at(operation, &row, 0)?,
+                owner_active: count_at(operation, &row, 1)?,
+            }
+        }
+        (true, false) => ActiveCounts {
+            active: count_at(
+                operation,
+                &query_one(client, operation, COUNT_ALL, &[]).await?,
+                0,
+            )?,
+            owner_active: 0,
+        },
+        (false, true) => ActiveCounts {
+            active: 0,
+            owner_active: count_at(
+                operation,
+                &query_one(client, operation, COUNT_OWNER, &[&owner_id]).await?,
+                0,
+            )?,
+        },
+    };
     Ok((plan.decide(lifetime, counts), all || own))
 }
 

@@ -20,7 +20,7 @@ use crate::{StoreError, StoreResult};
 
 pub(crate) use audit::{audit_list_sql, AuditBounds, AuditParam, AuditRow, AUDIT_COLUMNS};
 pub(crate) use execs::{decode_exec, exec_values, EXEC_COLUMNS};
-pub(crate) use quotas::{quota_limits, AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
+pub(crate) use quotas::{AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
 pub(crate) use sandboxes::{
     SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
 };

@@ -43,12 +43,14 @@ impl QuotaRow {
         }
     }
 
+    /// The limits (the table's CHECK constraints keep every value >= 0).
     pub(crate) fn limits(&self) -> QuotaLimits {
-        quota_limits(
-            self.max_sandboxes,
-            self.max_ttl_secs,
-            self.max_exec_timeout_secs,
-        )
+        let secs = |v: i64| GoDuration::from_secs(count(v));
+        QuotaLimits {
+            max_sandboxes: count(self.max_sandboxes),
+            max_ttl: secs(self.max_ttl_secs),
+            max_exec_timeout: secs(self.max_exec_timeout_secs),
+        }
     }
 
     pub(crate) fn into_domain(self) -> StoreResult<OwnerQuota> {
@@ -61,20 +63,6 @@ impl QuotaRow {
             max_ttl: limits.max_ttl,
             max_exec_timeout: limits.max_exec_timeout,
         })
-    }
-}
-
-/// Limits from the stored columns (the table's CHECK constraints keep every value >= 0).
-pub(crate) fn quota_limits(
-    max_sandboxes: i64,
-    max_ttl_secs: i64,
-    max_exec_timeout_secs: i64,
-) -> QuotaLimits {
-    let secs = |v: i64| GoDuration::from_secs(count(v));
-    QuotaLimits {
-        max_sandboxes: count(max_sandboxes),
-        max_ttl: secs(max_ttl_secs),
-        max_exec_timeout: secs(max_exec_timeout_secs),
     }
 }
 
