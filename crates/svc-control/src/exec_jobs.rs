@@ -5,7 +5,8 @@
 //! the last [`KEPT_ENDED`] of each sandbox. A sandbox's execs are forgotten when it ends.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -153,6 +154,94 @@ pub(crate) struct Job {
     kill_requested: std::sync::atomic::AtomicBool,
     /// Where its record is saved at its start and end, once it is registered.
     saver: std::sync::OnceLock<crate::exec_recovery::Saver>,
+    /// The tally its output joins when it ends, once it is registered.
+    retained: std::sync::OnceLock<Arc<RetainedOutput>>,
+    /// The bytes of its ended output counted in that tally (0: none).
+    retained_bytes: AtomicU64,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let bytes = *self.retained_bytes.get_mut();
+        if let (Some(retained), true) = (self.retained.get(), bytes > 0) {
+            retained.forget(bytes);
+        }
+    }
+}
+
+/// The output kept for ended execs across every sandbox, at most `exec.retained_output_bytes`:
+/// an exec's kept bytes join the tally when it ends, and the oldest ended execs' output goes
+/// first when the tally is over (read back, it is reported lost, like output beyond the ring).
+/// Without it, each sandbox's last 100 ended execs keep up to two rings each, however many
+/// sandboxes there are.
+#[derive(Default)]
+pub(crate) struct RetainedOutput {
+    state: Mutex<Retained>,
+}
+
+#[derive(Default)]
+struct Retained {
+    budget: u64,
+    bytes: u64,
+    /// Ended execs in the order they ended.
+    ended: VecDeque<Weak<Job>>,
+    /// The length at which handles of jobs gone are swept out of `ended`.
+    sweep_at: usize,
+}
+
+impl RetainedOutput {
+    fn lock(&self) -> MutexGuard<'_, Retained> {
+        // Counters and handles, consistent after every statement.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the budget (the server does at start-up; 0, the default, keeps nothing).
+    pub(crate) fn set_budget(&self, budget: u64) {
+        self.lock().budget = budget;
+    }
+
+    /// Counts the output of `job`, which just ended, and drops the oldest until it fits.
+    fn ended(&self, job: &Arc<Job>) {
+        let bytes = job.kept_bytes();
+        job.retained_bytes.store(bytes, Ordering::Relaxed);
+        let mut released = Vec::new();
+        {
+            let mut state = self.lock();
+            state.bytes += bytes;
+            state.ended.push_back(Arc::downgrade(job));
+            if state.ended.len() >= state.sweep_at {
+                state.ended.retain(|job| job.strong_count() > 0);
+                state.sweep_at = (2 * state.ended.len()).max(1024);
+            }
+            while state.bytes > state.budget {
+                let Some(oldest) = state.ended.pop_front() else {
+                    break;
+                };
+                // A job already gone took its bytes with it (`Drop`).
+                if let Some(oldest) = oldest.upgrade() {
+                    let bytes = oldest.retained_bytes.swap(0, Ordering::Relaxed);
+                    state.bytes = state.bytes.saturating_sub(bytes);
+                    released.push(oldest);
+                }
+            }
+        }
+        // Outside the lock: releasing takes each job's own lock, and the last handle of a job
+        // may go here, whose `Drop` takes this one.
+        for job in released {
+            job.release_output();
+        }
+    }
+
+    /// A counted job went: its bytes leave the tally.
+    fn forget(&self, bytes: u64) {
+        let mut state = self.lock();
+        state.bytes = state.bytes.saturating_sub(bytes);
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
 }
 
 impl Job {
@@ -170,7 +259,21 @@ impl Job {
             stdin,
             kill_requested: std::sync::atomic::AtomicBool::new(false),
             saver: std::sync::OnceLock::new(),
+            retained: std::sync::OnceLock::new(),
+            retained_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// The output bytes it keeps.
+    fn kept_bytes(&self) -> u64 {
+        self.rings().iter().map(|ring| ring.kept).sum()
+    }
+
+    /// Drops its kept output; reads report it lost.
+    fn release_output(&self) {
+        for ring in self.rings().iter_mut() {
+            *ring = Ring::all_lost(ring.capacity, ring.total);
+        }
     }
 
     /// A job recovered after a restart: its record as saved, no output kept (what it wrote is
@@ -215,7 +318,7 @@ impl Job {
 
     /// Ends a job that started before a restart and ended unseen.
     pub(crate) fn end_unseen(
-        &self,
+        self: &Arc<Self>,
         status: ExecStatus,
         exit_code: Option<i32>,
         at: Timestamp,
@@ -251,7 +354,7 @@ impl Job {
 
     /// Records the end. `status` is `Exited` unless svc or the deadline ended it; a kill the
     /// kill route asked for turns it into `Killed`.
-    pub(crate) fn end(&self, status: ExecStatus, exit_code: Option<i32>, at: Timestamp) {
+    pub(crate) fn end(self: &Arc<Self>, status: ExecStatus, exit_code: Option<i32>, at: Timestamp) {
         let status = if status == ExecStatus::Exited
             && self
                 .kill_requested
@@ -272,6 +375,9 @@ impl Job {
         }
         self.changed.notify_waiters();
         self.save();
+        if let Some(retained) = self.retained.get() {
+            retained.ended(self);
+        }
     }
 
     /// What a follower at `offsets` has not seen: lost bytes and data per stream, then the
@@ -359,6 +465,8 @@ pub(crate) struct ExecJobs {
     sandboxes: Mutex<HashMap<SandboxId, VecDeque<Arc<Job>>>>,
     /// Saves records once [`crate::exec_recovery`] started it (the server does, at start-up).
     saver: std::sync::OnceLock<crate::exec_recovery::Saver>,
+    /// The output kept for ended execs, all sandboxes together.
+    retained: Arc<RetainedOutput>,
 }
 
 impl ExecJobs {
@@ -377,7 +485,13 @@ impl ExecJobs {
     }
 
     /// Adds an exec; the oldest ended ones beyond [`KEPT_ENDED`] go.
+    /// Keeps at most `budget` bytes of ended execs' output (`exec.retained_output_bytes`).
+    pub(crate) fn retain_output(&self, budget: u64) {
+        self.retained.set_budget(budget);
+    }
+
     pub(crate) fn add(&self, sandbox: &SandboxId, job: Arc<Job>) {
+        let _ = job.retained.set(Arc::clone(&self.retained));
         if let Some(saver) = self.saver.get() {
             let _ = job.saver.set(saver.clone());
             job.save();
@@ -698,6 +812,39 @@ mod tests {
             3,
             "the first older than a forgotten cursor"
         );
+    }
+
+    /// Ended output beyond `exec.retained_output_bytes` goes oldest first, read back as lost;
+    /// a job that goes takes its bytes out of the tally.
+    #[test]
+    fn ended_output_is_kept_within_the_budget_oldest_dropped_first() {
+        let jobs = ExecJobs::default();
+        jobs.retain_output(100);
+        let sandbox = SandboxId::generate();
+        let ended_with = |bytes: usize| {
+            let job = Job::new(record(&sandbox), None, false, 64);
+            jobs.add(&sandbox, Arc::clone(&job));
+            job.output(StdStream::Stdout, &Bytes::from(vec![b'x'; bytes]));
+            job.end(ExecStatus::Exited, Some(0), chrono::Utc::now());
+            job
+        };
+        let first = ended_with(60);
+        assert_eq!(jobs.retained.bytes(), 60);
+        let second = ended_with(60);
+        assert_eq!(jobs.retained.bytes(), 60, "the first went to make room");
+        let (items, _) = first.replay(&mut [0, 0]);
+        assert_eq!(
+            items[0],
+            ExecReplay::Lost {
+                stream: StdStream::Stdout,
+                bytes: 60
+            }
+        );
+        assert_eq!(second.replay(&mut [0, 0]).0.len(), 2, "data, then the exit");
+        jobs.forget(&sandbox);
+        drop(second);
+        assert_eq!(jobs.retained.bytes(), 0, "a job gone leaves the tally");
+        drop(first);
     }
 
     #[test]

@@ -68,6 +68,8 @@ impl ControlPlane {
         let events = EventBus::new(&parts.config.events, Arc::clone(&parts.clock));
         let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::new(&parts.config.rate_limit));
         let worker_tokens = crate::identity::WorkerTokens::new(&parts.config.auth);
+        let exec_jobs = crate::exec_jobs::ExecJobs::default();
+        exec_jobs.retain_output(parts.config.exec.retained_output_bytes);
         let defaults = &parts.config.defaults;
         // A full pool may queue (pool.overflow) while capacity denials do not, or the reverse:
         // the queue runs when either does, and each denial checks its own setting.
@@ -101,7 +103,7 @@ impl ControlPlane {
                 relay_start: std::sync::Mutex::new(None),
                 worker_tokens,
                 held_leases: crate::held_leases::HeldLeases::default(),
-                exec_jobs: crate::exec_jobs::ExecJobs::default(),
+                exec_jobs,
                 warm: crate::warm::WarmPools::default(),
                 preview_keys: crate::preview::PreviewKeys::new(),
                 started: Instant::now(),

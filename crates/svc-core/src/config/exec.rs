@@ -9,12 +9,16 @@ pub struct ExecConfig {
     /// The last bytes of each stream of each exec kept for `GET .../execs/{id}/output`; at
     /// least 1.
     pub output_buffer_bytes: u64,
+    /// The output kept for ended execs, all sandboxes together; beyond it, the oldest ended
+    /// execs' output is dropped (reported lost when read).
+    pub retained_output_bytes: u64,
 }
 
 impl Default for ExecConfig {
     fn default() -> Self {
         ExecConfig {
             output_buffer_bytes: 8 * 1024 * 1024,
+            retained_output_bytes: 256 * 1024 * 1024,
         }
     }
 }
