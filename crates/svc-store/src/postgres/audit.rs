@@ -5,7 +5,7 @@ use svc_core::audit::{AuditEntry, AuditFilter};
 use tokio_postgres::types::ToSql;
 
 use super::codec::{fetch_all, insert, params};
-use crate::rows::{audit_list_sql, AuditBounds, AuditParam, AuditRow, AUDIT_COLUMNS};
+use crate::rows::{audit_list_sql, AuditRow, AuditValue, AUDIT_COLUMNS};
 use crate::StoreResult;
 
 pub(super) async fn insert_entry<C: GenericClient>(client: &C, row: &AuditRow) -> StoreResult<()> {
@@ -29,19 +29,13 @@ pub(super) async fn list<C: GenericClient>(
     filter: &AuditFilter,
 ) -> StoreResult<Vec<AuditEntry>> {
     const OP: &str = "list_audit";
-    let bounds = AuditBounds::of(filter);
-    let (sql, params) = audit_list_sql(filter, '$');
-    let values: Vec<&(dyn ToSql + Sync)> = params
+    let (sql, values) = audit_list_sql(filter, '$');
+    let values: Vec<&(dyn ToSql + Sync)> = values
         .iter()
-        .map(|param| -> &(dyn ToSql + Sync) {
-            match param {
-                AuditParam::Tenant => &filter.tenant_id,
-                AuditParam::Actor => &filter.actor,
-                AuditParam::Action => &filter.action,
-                AuditParam::Since => &bounds.since,
-                AuditParam::Until => &bounds.until,
-                AuditParam::After => &bounds.after_id,
-                AuditParam::Limit => &bounds.limit,
+        .map(|value| -> &(dyn ToSql + Sync) {
+            match value {
+                AuditValue::Text(text) => text,
+                AuditValue::Int(int) => int,
             }
         })
         .collect();

@@ -18,7 +18,7 @@ use svc_core::Timestamp;
 
 use crate::{StoreError, StoreResult};
 
-pub(crate) use audit::{audit_list_sql, AuditBounds, AuditParam, AuditRow, AUDIT_COLUMNS};
+pub(crate) use audit::{audit_list_sql, AuditRow, AuditValue, AUDIT_COLUMNS};
 pub(crate) use execs::{decode_exec, exec_values, EXEC_COLUMNS};
 pub(crate) use quotas::{AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
 pub(crate) use sandboxes::{

@@ -4,7 +4,7 @@ use rusqlite::{Connection, ToSql};
 use svc_core::audit::AuditFilter;
 
 use super::codec::{backend, conflict_or_backend, read};
-use crate::rows::{audit_list_sql, AuditBounds, AuditParam, AuditRow, AUDIT_COLUMNS};
+use crate::rows::{audit_list_sql, AuditRow, AuditValue, AUDIT_COLUMNS};
 use crate::StoreResult;
 
 pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
@@ -20,19 +20,13 @@ pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
 /// caller.
 pub(super) fn list(conn: &Connection, filter: &AuditFilter) -> StoreResult<Vec<AuditRow>> {
     const OP: &str = "list_audit";
-    let bounds = AuditBounds::of(filter);
-    let (sql, params) = audit_list_sql(filter, '?');
-    let values: Vec<&dyn ToSql> = params
+    let (sql, values) = audit_list_sql(filter, '?');
+    let values: Vec<&dyn ToSql> = values
         .iter()
-        .map(|param| -> &dyn ToSql {
-            match param {
-                AuditParam::Tenant => &filter.tenant_id,
-                AuditParam::Actor => &filter.actor,
-                AuditParam::Action => &filter.action,
-                AuditParam::Since => &bounds.since,
-                AuditParam::Until => &bounds.until,
-                AuditParam::After => &bounds.after_id,
-                AuditParam::Limit => &bounds.limit,
+        .map(|value| -> &dyn ToSql {
+            match value {
+                AuditValue::Text(text) => text,
+                AuditValue::Int(int) => int,
             }
         })
         .collect();
