@@ -36,3 +36,29 @@ fresh_dsn() {
     psql "$1" -qc "CREATE SCHEMA $schema" >/dev/null
     echo "$1?options=-c%20search_path%3D$schema"
 }
+
+# replicas_start COUNT BINARY [VAR=VALUE...]: COUNT servers (workers w0, w1, ...) on ports
+# $base_port onwards, each on its own throw-away directory with the given settings; sets the
+# arrays works, pids and urls.
+replicas_start() {
+    local count="$1" binary="$2" i
+    shift 2
+    works=() pids=() urls=()
+    for i in $(seq 0 $((count - 1))); do
+        works+=("$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")")
+        port=$((base_port + i))
+        svc_start "$binary" "${works[$i]}" "$@" "SVC_WORKER__ID=w$i"
+        pids+=("$pid")
+        urls+=("http://127.0.0.1:$port")
+    done
+}
+
+# replicas_stop: stops what replicas_start started and removes their directories.
+replicas_stop() {
+    local i
+    for i in "${!pids[@]}"; do
+        pid="${pids[$i]}"
+        svc_stop
+        rm -rf "${works[$i]}"
+    done
+}

@@ -31,7 +31,7 @@ results="$(mktemp -p "${SVC_BENCH_TMP:-/tmp}")"
 
 
 run() {
-    local config="$1" works=() pids=() urls=() replicas=1 settings=() i
+    local config="$1" replicas=1 settings=() i
     case "$config" in
         sqlite) settings=() ;;
         pg1) settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn "$dsn")") ;;
@@ -39,13 +39,7 @@ run() {
             replicas=3
             settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn "$dsn")") ;;
     esac
-    for i in $(seq 0 $((replicas - 1))); do
-        works+=("$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")")
-        port=$((base_port + i))
-        svc_start "$svc" "${works[$i]}" "${settings[@]}" "SVC_WORKER__ID=w$i"
-        pids+=("$pid")
-        urls+=("http://127.0.0.1:$port")
-    done
+    replicas_start "$replicas" "$svc" "${settings[@]}"
     local per=$((concurrency / replicas)) loads=() total=0 rate
     for i in $(seq 0 $((replicas - 1))); do
         "$bench" --url "${urls[$i]}" spawn-destroy --concurrency "$per" --seconds "$seconds" \
@@ -58,11 +52,7 @@ run() {
         total=$((total + rate))
     done
     echo "$config spawn-destroy: $total pairs/s ($replicas replica(s), concurrency $concurrency)" | tee -a "$results"
-    for i in $(seq 0 $((replicas - 1))); do
-        pid="${pids[$i]}"
-        svc_stop
-        rm -rf "${works[$i]}"
-    done
+    replicas_stop
 }
 
 configs=(sqlite pg1 pg3)
@@ -87,18 +77,6 @@ PY
 rm -f "$results"
 
 # Cross-replica event latency on two replicas.
-event_dsn="$(fresh_dsn "$dsn")"
-works=()
-pids=()
-for i in 0 1; do
-    works+=("$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")")
-    port=$((base_port + i))
-    svc_start "$svc" "${works[$i]}" SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$event_dsn" "SVC_WORKER__ID=e$i"
-    pids+=("$pid")
-done
-"$bench" event-latency --publish "http://127.0.0.1:$base_port" --subscribe "http://127.0.0.1:$((base_port + 1))" --iterations 300
-for i in 0 1; do
-    pid="${pids[$i]}"
-    svc_stop
-    rm -rf "${works[$i]}"
-done
+replicas_start 2 "$svc" SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn "$dsn")"
+"$bench" event-latency --publish "${urls[0]}" --subscribe "${urls[1]}" --iterations 300
+replicas_stop

@@ -35,7 +35,7 @@ trap 'for p in "${started[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
 # run CONFIG SIZE [ARGS...]: svc-bench scale on fresh servers of CONFIG; its output.
 run() {
-    local config="$1" size="$2" works=() pids=() urls=() replicas=1 settings=() i
+    local config="$1" size="$2" replicas=1 settings=()
     shift 2
     case "$config" in
         sqlite) ;;
@@ -43,21 +43,11 @@ run() {
             replicas=3
             settings=(SVC_DATABASE__DRIVER=postgres "SVC_DATABASE__DSN=$(fresh_dsn "$dsn")") ;;
     esac
-    for i in $(seq 0 $((replicas - 1))); do
-        works+=("$(mktemp -d -p "${SVC_BENCH_TMP:-/tmp}")")
-        port=$((base_port + i))
-        svc_start "$svc" "${works[$i]}" "${settings[@]}" "SVC_WORKER__ID=w$i"
-        pids+=("$pid")
-        started+=("$pid")
-        urls+=("http://127.0.0.1:$port")
-    done
+    replicas_start "$replicas" "$svc" "${settings[@]}"
+    started+=("${pids[@]}")
     "$bench" scale --replicas "$(IFS=,; echo "${urls[*]}")" --pids "$(IFS=,; echo "${pids[*]}")" \
         --sandboxes "$size" --subscribers "$size" --streams $((size / 10)) "$@"
-    for i in $(seq 0 $((replicas - 1))); do
-        pid="${pids[$i]}"
-        svc_stop
-        rm -rf "${works[$i]}"
-    done
+    replicas_stop
     # The next run starts once the disk has taken this one's writes and deletions: right after
     # a 10,000-sandbox run, SQLite's commits waited on that writeback and an empty server
     # managed a quarter of its rate for some 15 s.

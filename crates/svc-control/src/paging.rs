@@ -150,13 +150,9 @@ pub(crate) fn timestamp(micros: i64) -> Result<svc_core::Timestamp, Error> {
         .ok_or_else(|| Error::invalid("cursor", "holds a time out of range"))
 }
 
-/// The filters of a request as one cursor field.
+/// The filters of a request as one cursor field (a JSON array, so no value can pass for two).
 pub(crate) fn filter_key(parts: &[Option<&str>]) -> String {
-    parts
-        .iter()
-        .map(|part| part.unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("|")
+    serde_json::to_string(parts).unwrap_or_default()
 }
 
 #[cfg(test)]
