@@ -69,10 +69,7 @@ fn text<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
 fn refused(verdict: &RateVerdict) -> Response {
     let error = Error::ResourceLimit {
         reason: LimitReason::RateLimit,
-        message: format!(
-            "rate limit exceeded: {} requests per minute (rate_limit.requests_per_minute); retry in {}s",
-            verdict.limit, verdict.retry_after_secs
-        ),
+        message: verdict.refusal_message(),
     };
     let mut response = ApiError(error).into_response();
     response.headers_mut().insert(

@@ -46,6 +46,16 @@ pub struct RateVerdict {
     pub retry_after_secs: u64,
 }
 
+impl RateVerdict {
+    /// What a refusal says, on every listener.
+    pub fn refusal_message(&self) -> String {
+        format!(
+            "rate limit exceeded: {} requests per minute (rate_limit.requests_per_minute); retry in {}s",
+            self.limit, self.retry_after_secs
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,

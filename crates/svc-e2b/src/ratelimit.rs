@@ -1,5 +1,5 @@
 //! svc's rate limit (decisions §10) on the E2B listener: the same buckets as the API (by the
-//! API key, else the sandbox access token, else the client address), refused as E2B's 429
+//! API key, else the sandbox access token or a bearer token, else the client address), refused as E2B's 429
 //! with `Retry-After`, which both SDKs wait out and retry.
 
 use std::net::SocketAddr;
@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use svc_control::ratelimit::RateKey;
 
-use crate::caller::E2b;
+use crate::caller::{header, E2b};
 use crate::error::E2bError;
 
 static LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -24,10 +24,17 @@ pub(crate) async fn limit(State(e2b): State<E2b>, request: Request, next: Next) 
         return next.run(request).await;
     }
     let headers = request.headers();
-    let credential = ["x-api-key", "x-access-token"]
-        .iter()
-        .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()))
-        .filter(|v| !v.is_empty());
+    // The credential the request authenticates with, as the API keys its buckets: the API key,
+    // else the sandbox access token, else a bearer token (each its own bucket).
+    let bearer = header(headers, "authorization").and_then(|v| v.strip_prefix("Bearer "));
+    let credential = [
+        header(headers, "x-api-key"),
+        header(headers, "x-access-token"),
+        bearer,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|v| !v.is_empty());
     let key = RateKey {
         owner: None,
         api_key: credential,
@@ -42,10 +49,7 @@ pub(crate) async fn limit(State(e2b): State<E2b>, request: Request, next: Next) 
     let mut response = if verdict.allowed {
         next.run(request).await
     } else {
-        let message = format!(
-            "rate limit exceeded: {} requests per minute (rate_limit.requests_per_minute); retry in {}s",
-            verdict.limit, verdict.retry_after_secs
-        );
+        let message = verdict.refusal_message();
         let mut refused = E2bError::new(StatusCode::TOO_MANY_REQUESTS, message).into_response();
         refused.headers_mut().insert(
             axum::http::header::RETRY_AFTER,

@@ -420,7 +420,27 @@ async fn svcs_rate_limit_applies_on_the_e2b_listener() {
     assert_eq!(statuses, [200, 200, 429]);
     let refused = last.unwrap();
     assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(refused.headers()["x-ratelimit-remaining"], "0");
     assert_eq!(refused.json::<Value>().await.unwrap()["code"], 429);
+    // The buckets are the API's: the address's is spent there too.
+    server
+        .get("/sandboxes")
+        .await
+        .assert_error(429, "resource_limit");
+    // A bearer token is a bucket of its own, whether or not an empty API key comes with it.
+    let mut bearer = Vec::new();
+    for api_key in ["", "", ""] {
+        let reply = server
+            .client
+            .get(format!("{e2b}/v2/sandboxes"))
+            .header("authorization", "Bearer token-1")
+            .header("x-api-key", api_key)
+            .send()
+            .await
+            .unwrap();
+        bearer.push(reply.status().as_u16());
+    }
+    assert_eq!(bearer, [200, 200, 429]);
     // Health is not limited (the SDKs probe it after a failure).
     let health = server
         .client
