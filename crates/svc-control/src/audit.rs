@@ -151,7 +151,8 @@ impl ControlPlane {
         self.authorize(principal, Action::ReadAudit)?;
         let filter = query.filter()?;
         let key = query.filter_key(query.tenant_id.as_deref());
-        self.audit_page("/admin/audit", key, query, filter).await
+        self.audit_page("/admin/audit", key, query.cursor.clone(), filter)
+            .await
     }
 
     /// `GET /admin/tenants/{tenantID}/audit`: the same, fixed to one tenant.
@@ -165,20 +166,25 @@ impl ControlPlane {
         let mut filter = query.filter()?;
         filter.tenant_id = Some(tenant_id.to_owned());
         let key = query.filter_key(Some(tenant_id));
-        self.audit_page("/admin/tenants/{tenantID}/audit", key, query, filter)
-            .await
+        self.audit_page(
+            "/admin/tenants/{tenantID}/audit",
+            key,
+            query.cursor.clone(),
+            filter,
+        )
+        .await
     }
 
     async fn audit_page(
         &self,
         route: &'static str,
         key: String,
-        query: &AuditQuery,
+        cursor: Option<String>,
         mut filter: AuditFilter,
     ) -> Result<Page<AuditEntry>, Error> {
         let page = PageRequest {
             limit: Some(filter.limit),
-            cursor: query.cursor.clone(),
+            cursor,
         };
         let paging = page.open::<(i64, String)>(route, key, DEFAULT_AUDIT_LIMIT)?;
         if let Some((micros, id)) = &paging.after {

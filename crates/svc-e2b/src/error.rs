@@ -19,6 +19,11 @@ impl E2bError {
             message: message.into(),
         }
     }
+
+    /// A 400.
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        E2bError::new(StatusCode::BAD_REQUEST, message)
+    }
 }
 
 impl From<svc_core::Error> for E2bError {
@@ -76,15 +81,12 @@ where
     async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, E2bError> {
         let body = axum::body::Bytes::from_request(request, state)
             .await
-            .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
-        if body.is_empty() {
-            return serde_json::from_slice(b"{}")
-                .map(E2bJson)
-                .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")));
-        }
-        serde_json::from_slice(&body)
+            .map_err(|e| E2bError::bad_request(e.body_text()))?;
+        // The SDKs send no body where every field is optional.
+        let body: &[u8] = if body.is_empty() { b"{}" } else { &body };
+        serde_json::from_slice(body)
             .map(E2bJson)
-            .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))
+            .map_err(|e| E2bError::bad_request(format!("request body: {e}")))
     }
 }
 
@@ -105,7 +107,7 @@ where
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Query(query)| E2bQuery(query))
-            .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))
+            .map_err(|e| E2bError::bad_request(e.body_text()))
     }
 }
 

@@ -71,11 +71,11 @@ pub(crate) async fn write(
     }
     let mut form = Multipart::from_request(request, &())
         .await
-        .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+        .map_err(|e| E2bError::bad_request(e.body_text()))?;
     while let Some(mut field) = form
         .next_field()
         .await
-        .map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?
+        .map_err(|e| E2bError::bad_request(e.body_text()))?
     {
         if field.name() != Some("file") {
             continue;
@@ -132,7 +132,7 @@ fn target(
         .as_deref()
         .or(file_name)
         .filter(|p| !p.is_empty())
-        .ok_or_else(|| E2bError::new(StatusCode::BAD_REQUEST, "path: is required"))?;
+        .ok_or_else(|| E2bError::bad_request("path: is required"))?;
     Ok(caller.resolve(path, query.username.as_deref()))
 }
 

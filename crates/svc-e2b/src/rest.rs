@@ -310,7 +310,7 @@ pub(crate) async fn set_timeout(
 ) -> Result<StatusCode, E2bError> {
     let seconds = body
         .timeout
-        .ok_or_else(|| E2bError::new(StatusCode::BAD_REQUEST, "timeout: is required"))?;
+        .ok_or_else(|| E2bError::bad_request("timeout: is required"))?;
     end_in(&e2b, &headers, &id, seconds).await
 }
 

@@ -91,47 +91,25 @@ async fn the_e2b_listener_speaks_e2bs_rest_and_connect_rpc() {
     // svc's quota applies to E2B's creates: E2B's error body, an integer code.
     let refused = create(client, &e2b, None, json!({"templateID": "base"})).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    let refusal: Value = refused.json().await.unwrap();
-    assert_eq!(refusal["code"], 429);
-    assert!(refusal["message"].is_string());
+    assert_e2b_error(refused, StatusCode::TOO_MANY_REQUESTS).await;
     // Every error on this listener is E2B's shape, axum's own rejections included.
     let malformed = client
         .post(format!("{e2b}/v2/sandboxes"))
         .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(malformed.json::<Value>().await.unwrap()["code"], 400);
-    let wrong_method = client
-        .put(format!("{e2b}/v2/sandboxes"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
-    assert_eq!(wrong_method.json::<Value>().await.unwrap()["code"], 405);
-    let no_route = client
-        .get(format!("{e2b}/no/such/route"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(no_route.status(), StatusCode::NOT_FOUND);
-    assert_eq!(no_route.json::<Value>().await.unwrap()["code"], 404);
-    let bad_query = client
-        .get(format!("{e2b}/v2/sandboxes?limit=many"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(bad_query.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(bad_query.json::<Value>().await.unwrap()["code"], 400);
-    let missing = client
-        .get(format!("{e2b}/sandboxes/sb-0000000000000000"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
-    assert_eq!(missing.json::<Value>().await.unwrap()["code"], 404);
+        .body("{not json");
+    let wrong_method = client.put(format!("{e2b}/v2/sandboxes"));
+    let no_route = client.get(format!("{e2b}/no/such/route"));
+    let bad_query = client.get(format!("{e2b}/v2/sandboxes?limit=many"));
+    let missing = client.get(format!("{e2b}/sandboxes/sb-0000000000000000"));
+    for (request, status) in [
+        (malformed, StatusCode::BAD_REQUEST),
+        (wrong_method, StatusCode::METHOD_NOT_ALLOWED),
+        (no_route, StatusCode::NOT_FOUND),
+        (bad_query, StatusCode::BAD_REQUEST),
+        (missing, StatusCode::NOT_FOUND),
+    ] {
+        assert_e2b_error(request.send().await.unwrap(), status).await;
+    }
     let detail: Value = client
         .get(format!("{e2b}/sandboxes/{id}"))
         .send()
@@ -237,8 +215,7 @@ async fn the_e2b_listener_speaks_e2bs_rest_and_connect_rpc() {
         "paused"
     );
     let again = pause(client).await.unwrap();
-    assert_eq!(again.status(), StatusCode::CONFLICT);
-    assert_eq!(again.json::<Value>().await.unwrap()["code"], 409);
+    assert_e2b_error(again, StatusCode::CONFLICT).await;
     let resumed = client
         .post(format!("{e2b}/v2/sandboxes/{id}/connect"))
         .json(&json!({"timeout": 30}))
@@ -329,8 +306,7 @@ async fn with_authentication_e2b_needs_the_api_key_and_sandboxes_their_access_to
     .await;
     let client = &server.client;
     let anonymous = create(client, &e2b, None, json!({"templateID": "base"})).await;
-    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(anonymous.json::<Value>().await.unwrap()["code"], 401);
+    assert_e2b_error(anonymous, StatusCode::UNAUTHORIZED).await;
     let mut tokens = Vec::new();
     let mut ids = Vec::new();
     for _ in 0..2 {
@@ -421,7 +397,7 @@ async fn svcs_rate_limit_applies_on_the_e2b_listener() {
     let refused = last.unwrap();
     assert!(refused.headers().contains_key("retry-after"));
     assert_eq!(refused.headers()["x-ratelimit-remaining"], "0");
-    assert_eq!(refused.json::<Value>().await.unwrap()["code"], 429);
+    assert_e2b_error(refused, StatusCode::TOO_MANY_REQUESTS).await;
     // The buckets are the API's: the address's is spent there too.
     server
         .get("/sandboxes")
@@ -450,4 +426,12 @@ async fn svcs_rate_limit_applies_on_the_e2b_listener() {
         .unwrap();
     assert_eq!(health.status(), StatusCode::NO_CONTENT);
     server.shutdown().await;
+}
+
+/// An E2B error: `status`, and a body `{code: <the status as a number>, message}`.
+async fn assert_e2b_error(response: reqwest::Response, status: StatusCode) {
+    assert_eq!(response.status(), status);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], status.as_u16(), "{body}");
+    assert!(body["message"].is_string(), "{body}");
 }
