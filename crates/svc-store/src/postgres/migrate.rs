@@ -123,6 +123,8 @@ pub struct Rehearsal {
     /// Tables and columns the migrations up to `current_version` create that are missing
     /// (`table events`, `column sandboxes.tenant_id`).
     pub missing: Vec<String>,
+    /// The schema svc's tables live in (the connection's `current_schema()`).
+    pub schema: String,
 }
 
 impl Rehearsal {
@@ -187,6 +189,11 @@ pub async fn rehearse(dsn: &str) -> StoreResult<Rehearsal> {
         .map_err(backend(OP))?;
     let driver = tokio::spawn(connection);
     let result = async {
+        let schema: Option<String> = client
+            .query_one("SELECT current_schema()::text", &[])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(backend(OP))?;
         let has_migrations: bool = client
             .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
             .await
@@ -236,6 +243,8 @@ pub async fn rehearse(dsn: &str) -> StoreResult<Rehearsal> {
             current_version,
             latest_version: latest_version(),
             missing,
+            // No schema on the search path: the tables would be created in `public`.
+            schema: schema.unwrap_or_else(|| "public".to_owned()),
         })
     }
     .await;

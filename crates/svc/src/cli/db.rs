@@ -82,6 +82,9 @@ fn backup_to(path: Option<&Path>, output: &Path) -> anyhow::Result<()> {
     }
     let dsn = config.database.dsn.expose();
     let env = libpq_environment(dsn)?;
+    // Only svc's schema: a shared database's other schemas are not ours to dump, and one dropped
+    // while pg_dump runs would fail the backup.
+    let schema = block_on(svc_store::postgres::rehearse(dsn))?.schema;
     let password = env
         .iter()
         .find(|(name, _)| *name == "PGPASSWORD")
@@ -91,6 +94,8 @@ fn backup_to(path: Option<&Path>, output: &Path) -> anyhow::Result<()> {
     let result = Command::new("pg_dump")
         .args(["--format=custom", "--no-password", "--file"])
         .arg(&partial)
+        // Quoted, the name is matched exactly rather than as a pattern.
+        .arg(format!("--schema=\"{}\"", schema.replace('"', "\"\"")))
         .env_remove("PGSERVICE")
         .envs(env)
         .output();
@@ -117,6 +122,18 @@ fn backup_to(path: Option<&Path>, output: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs one store call to completion; these commands have no runtime of their own.
+fn block_on<T>(
+    call: impl std::future::Future<Output = svc_store::StoreResult<T>>,
+) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(call)
+        .context("connecting to the database (database.dsn)")
+}
+
 /// `svc db pg-rehearse`.
 pub(crate) fn rehearse(path: Option<&Path>) -> ExitCode {
     finish(rehearse_at(path))
@@ -124,13 +141,7 @@ pub(crate) fn rehearse(path: Option<&Path>) -> ExitCode {
 
 fn rehearse_at(path: Option<&Path>) -> anyhow::Result<()> {
     let config = postgres_config(path, "pg-rehearse")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let report = runtime
-        .block_on(svc_store::postgres::rehearse(config.database.dsn.expose()))
-        .context("connecting to the database (database.dsn)")?;
+    let report = block_on(svc_store::postgres::rehearse(config.database.dsn.expose()))?;
     println!(
         "schema version {} (this binary: {})",
         report.current_version, report.latest_version

@@ -374,6 +374,8 @@ async fn pg_backup_and_rehearse() {
         return;
     };
     let schema = Schema::create(&dsn).await;
+    // Another application's schema in the same database: not svc's to back up.
+    let neighbour = Schema::create(&dsn).await;
     let dsn = schema.dsn();
     let store = svc_store::postgres::PgStore::connect(&dsn, 2)
         .await
@@ -405,6 +407,7 @@ async fn pg_backup_and_rehearse() {
             "{table}: {listing}"
         );
     }
+    assert!(!listing.contains(&neighbour.name), "{listing}");
     // Never overwrites.
     let (code, _, stderr) = db_command(&["pg-backup", backup_arg], &env, dir.path());
     assert_eq!(code, 1);
