@@ -194,6 +194,11 @@ pub struct WindowSize {
     pub rows: u16,
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
 /// The first frame of every connection, host to agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
@@ -234,7 +239,8 @@ pub enum Op {
     Hello,
     /// Runs a command. The agent answers [`Reply::Started`], then streams `Stdout`/`Stderr`
     /// frames, then [`Reply::Exit`]. Meanwhile the host may send `Data` (stdin), `End`
-    /// (stdin EOF) and [`Control`] frames. Closing the connection kills the command.
+    /// (stdin EOF) and [`Control`] frames. Closing the connection kills the command, unless
+    /// `detach`.
     Exec {
         /// Program and arguments.
         argv: Vec<String>,
@@ -249,6 +255,31 @@ pub enum Op {
         /// Run as this user (pool workspaces) instead of root, with its `HOME`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<RunAs>,
+        /// The command outlives its connection: its output is then dropped, and its state is
+        /// kept under the [`Reply::Started`] `handle` for [`Op::ExecStatus`] and
+        /// [`Op::ExecSignal`] (a host that restarts finds it again).
+        #[serde(default, skip_serializing_if = "is_false")]
+        detach: bool,
+    },
+    /// A detached command's state: [`Reply::ExecStatus`]; one the agent does not know (any
+    /// more) is [`ErrorKind::NotFound`].
+    ExecStatus {
+        /// The handle its [`Reply::Started`] carried.
+        handle: String,
+    },
+    /// A signal to a detached command's process group: [`Reply::Done`] (also when it has
+    /// ended already).
+    ExecSignal {
+        /// The handle its [`Reply::Started`] carried.
+        handle: String,
+        /// The signal number.
+        signal: i32,
+    },
+    /// The agent's log, newest last: [`Reply::Lines`]. It logs the commands it ran and how
+    /// they ended.
+    Logs {
+        /// At most this many lines.
+        lines: u32,
     },
     /// Streams a file: [`Reply::File`], `FileData` frames, `End`.
     ReadFile {
@@ -370,6 +401,22 @@ pub enum Reply {
     Started {
         /// Its process ID inside the guest.
         pid: u32,
+        /// A detached command's handle.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<String>,
+    },
+    /// A detached command's state.
+    ExecStatus {
+        /// Whether it still runs.
+        running: bool,
+        /// Its exit code once it has ended.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<i32>,
+    },
+    /// Log lines, oldest first.
+    Lines {
+        /// The lines, without their newlines.
+        lines: Vec<String>,
     },
     /// The command ended; no output frame follows.
     Exit {

@@ -27,6 +27,7 @@ fn surface() -> String {
             tty: Some(WindowSize { cols: 80, rows: 24 }),
             stdin: true,
             user: None,
+            detach: false,
         },
         Op::Exec {
             argv: vec!["id".into()],
@@ -39,7 +40,16 @@ fn surface() -> String {
                 gid: 20001,
                 home: "/workspace/alice".into(),
             }),
+            detach: true,
         },
+        Op::ExecStatus {
+            handle: "5f0c-7".into(),
+        },
+        Op::ExecSignal {
+            handle: "5f0c-7".into(),
+            signal: 15,
+        },
+        Op::Logs { lines: 100 },
         Op::ReadFile {
             path: "/work/a.txt".into(),
         },
@@ -87,7 +97,25 @@ fn surface() -> String {
             agent_version: "0.1.0".into(),
             uptime_secs: 3,
         },
-        Reply::Started { pid: 42 },
+        Reply::Started {
+            pid: 42,
+            handle: None,
+        },
+        Reply::Started {
+            pid: 42,
+            handle: Some("5f0c-7".into()),
+        },
+        Reply::ExecStatus {
+            running: true,
+            code: None,
+        },
+        Reply::ExecStatus {
+            running: false,
+            code: Some(3),
+        },
+        Reply::Lines {
+            lines: vec!["exec 1: id".into()],
+        },
         Reply::Exit { code: 0 },
         Reply::File { size: 5 },
         Reply::Done,

@@ -1,8 +1,10 @@
 //! `svc-agent`: svc's guest agent. Inside a microVM it is the init process (PID 1, see
 //! `init.rs`) and serves the agent protocol (`svc-agent-proto`) on vsock port
 //! [`svc_agent_proto::AGENT_PORT`]; `--vsock PORT` serves on another port, and `--unix PATH`
-//! serves the same protocol on a Unix socket (tests, and containers whose init it is).
+//! serves the same protocol on a Unix socket (tests), and `--container PATH` makes it a Docker
+//! container's init serving on the Unix socket at PATH (`container.rs`).
 
+mod container;
 mod exec;
 mod files;
 mod forward;
@@ -11,7 +13,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: svc-agent [--unix PATH | --vsock PORT | --version]";
+const USAGE: &str = "usage: svc-agent [--unix PATH | --container PATH | --vsock PORT | --version]";
 
 enum Listen {
     Unix(std::path::PathBuf),
@@ -23,6 +25,13 @@ fn main() -> ExitCode {
     let listen = match args.as_slice() {
         [] if std::process::id() == 1 => init::run(svc_agent_proto::AGENT_PORT),
         [flag, path] if flag == "--unix" => Listen::Unix(std::path::PathBuf::from(path)),
+        [flag, path] if flag == "--container" => {
+            if std::process::id() == 1 {
+                return container::supervise(std::path::Path::new(path));
+            }
+            container::enter();
+            Listen::Unix(std::path::PathBuf::from(path))
+        }
         [flag, port] if flag == "--vsock" => match port.parse() {
             Ok(port) => Listen::Vsock(port),
             Err(_) => {

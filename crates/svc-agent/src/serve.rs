@@ -63,6 +63,13 @@ pub(crate) async fn vsock(port: u32) -> std::io::Result<()> {
     }
 }
 
+fn unknown_exec(handle: &str) -> Reply {
+    Reply::Error {
+        kind: ErrorKind::NotFound,
+        message: format!("no command with handle {handle}"),
+    }
+}
+
 /// One connection: the request, then its operation.
 async fn connection<S>(stream: S, started: Instant)
 where
@@ -128,6 +135,7 @@ where
             tty,
             stdin,
             user,
+            detach,
         } => {
             let exec = crate::exec::Exec {
                 argv,
@@ -136,8 +144,34 @@ where
                 tty,
                 stdin,
                 user,
+                detach,
             };
             exec.run(replies, frames).await;
+        }
+        Op::ExecStatus { handle } => {
+            let reply = match crate::exec::detached::status(&handle) {
+                Some(code) => Reply::ExecStatus {
+                    running: code.is_none(),
+                    code,
+                },
+                None => unknown_exec(&handle),
+            };
+            send(&mut replies, &reply).await;
+        }
+        Op::ExecSignal { handle, signal } => {
+            let reply = match svc_process::Signal::from_number(signal) {
+                None => Reply::Error {
+                    kind: ErrorKind::Invalid,
+                    message: format!("signal {signal} cannot be sent"),
+                },
+                Some(signal) if crate::exec::detached::signal(&handle, signal) => Reply::Done,
+                Some(_) => unknown_exec(&handle),
+            };
+            send(&mut replies, &reply).await;
+        }
+        Op::Logs { lines } => {
+            let lines = crate::container::tail(usize::try_from(lines).unwrap_or(usize::MAX));
+            send(&mut replies, &Reply::Lines { lines }).await;
         }
         Op::ReadFile { path } => crate::files::read(&mut replies, &path).await,
         Op::WriteFile { path, mode } => {

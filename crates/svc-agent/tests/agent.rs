@@ -25,13 +25,34 @@ struct Agent {
 
 impl Agent {
     async fn start() -> Agent {
+        Agent::start_with(|command, socket| {
+            command.arg("--unix").arg(socket);
+        })
+        .await
+    }
+
+    /// In container mode (not PID 1 here, so it serves without supervising), started in
+    /// `workdir` with the environment variable `IMAGE_VAR`.
+    async fn start_container(workdir: &Path) -> Agent {
+        let workdir = workdir.to_owned();
+        Agent::start_with(move |command, socket| {
+            command
+                .arg("--container")
+                .arg(socket)
+                .current_dir(&workdir)
+                .env("IMAGE_VAR", "from-the-image")
+                .env("HOME", "/home/image-user")
+                .stdout(std::process::Stdio::piped());
+        })
+        .await
+    }
+
+    async fn start_with(configure: impl FnOnce(&mut std::process::Command, &Path)) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("agent.sock");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc-agent"))
-            .arg("--unix")
-            .arg(&socket)
-            .spawn()
-            .unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_svc-agent"));
+        configure(&mut command, &socket);
+        let child = command.spawn().unwrap();
         // The socket file appears at bind, a moment before the agent listens: wait for a
         // connection to succeed, not for the file.
         for _ in 0..200 {
@@ -605,4 +626,107 @@ async fn connect_splices_a_tcp_port_of_the_guest() {
         matches!(err, ProviderError::Unreachable { ref message } if message.contains(&unused.to_string())),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn in_a_container_commands_get_its_environment_and_directory_and_are_logged() {
+    let workdir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start_container(workdir.path()).await;
+    let client = agent.client();
+    let (out, _, code) = collect(
+        client
+            .exec(spec(&[
+                "sh",
+                "-c",
+                "echo $IMAGE_VAR $GREETING $HOME; pwd; exit 3",
+            ]))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, 3);
+    assert_eq!(
+        out,
+        format!(
+            "from-the-image hello /home/image-user\n{}\n",
+            workdir.path().display()
+        )
+    );
+    // The request's environment wins over the container's.
+    let mut replaced = spec(&["sh", "-c", "echo $IMAGE_VAR"]);
+    replaced
+        .env
+        .insert("IMAGE_VAR".into(), "from-the-request".into());
+    let (out, _, _) = collect(client.exec(replaced).await.unwrap()).await;
+    assert_eq!(out, "from-the-request\n");
+    let lines = client.logs(10).await.unwrap();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(
+        lines[0],
+        "exec 1: sh -c echo $IMAGE_VAR $GREETING $HOME; pwd; exit 3"
+    );
+    assert!(lines[1].starts_with("exec 1: exit 3 after "), "{lines:?}");
+    assert_eq!(client.logs(1).await.unwrap(), lines[3..].to_vec());
+    // The same lines are the process's stdout: the container log.
+    let _ = agent.child.kill();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(agent.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), lines);
+}
+
+#[tokio::test]
+async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
+    let agent = Agent::start().await;
+    let client = agent.client().detached();
+    let marker = agent.dir.path().join("marker");
+    let script = format!("sleep 0.3; echo done > {}; exit 7", marker.display());
+    let session = client.exec(spec(&["sh", "-c", &script])).await.unwrap();
+    let handle = session
+        .control
+        .handle()
+        .expect("a detached command has a handle");
+    // svc goes away without a word; the command runs on.
+    drop(session);
+    let (state, control) = client.exec_state(&handle).await.unwrap();
+    assert_eq!(state, svc_provider::ExecState::Running);
+    assert!(control.is_some());
+    let mut ended = None;
+    for _ in 0..300 {
+        if let (svc_provider::ExecState::Exited(code), None) =
+            client.exec_state(&handle).await.unwrap()
+        {
+            ended = Some(code);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ended, Some(7));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "done\n");
+
+    // Found again, it can still be killed, with its whole group.
+    let session = client.exec(spec_sleep()).await.unwrap();
+    let handle = session.control.handle().unwrap();
+    drop(session);
+    let (_, control) = client.exec_state(&handle).await.unwrap();
+    control.unwrap().kill().await.unwrap();
+    let mut ended = None;
+    for _ in 0..300 {
+        if let (svc_provider::ExecState::Exited(code), _) =
+            client.exec_state(&handle).await.unwrap()
+        {
+            ended = Some(code);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ended, Some(128 + 9));
+    // An attached session still gets its output and exit, and has a handle too.
+    let session = client.exec(spec(&["echo", "hi"])).await.unwrap();
+    assert!(session.control.handle().is_some());
+    assert_eq!(collect(session).await, ("hi\n".into(), String::new(), 0));
+    let (state, _) = client.exec_state("nobody-1").await.unwrap();
+    assert_eq!(state, svc_provider::ExecState::Gone);
+    // Without detach there is no handle.
+    let session = agent.client().exec(spec(&["true"])).await.unwrap();
+    assert_eq!(session.control.handle(), None);
 }

@@ -29,9 +29,9 @@ pub use limits::{RateLimitConfig, RateLimitKeyBy};
 pub use logging::{LogFormat, LogLevel, LoggingConfig};
 pub use pool::PoolConfig;
 pub use providers::{
-    DockerProviderConfig, FirecrackerProviderConfig, MockProviderConfig, ProvidersConfig,
-    QemuAccel, QemuProviderConfig, KNOWN_PROVIDERS, PROVIDER_DOCKER, PROVIDER_FIRECRACKER,
-    PROVIDER_MOCK, PROVIDER_QEMU,
+    DockerAgentMode, DockerProviderConfig, FirecrackerProviderConfig, MockProviderConfig,
+    ProvidersConfig, QemuAccel, QemuProviderConfig, KNOWN_PROVIDERS, PROVIDER_DOCKER,
+    PROVIDER_FIRECRACKER, PROVIDER_MOCK, PROVIDER_QEMU,
 };
 pub use secret::{Secret, REDACTED};
 pub use server::{ServerConfig, CORS_ANY_ORIGIN};

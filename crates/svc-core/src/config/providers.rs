@@ -100,6 +100,49 @@ pub struct DockerProviderConfig {
     /// Port of the egress proxy that sandboxes with an `allowlist` reach their allowed host
     /// names through, on their network's gateway address (decisions §18).
     pub egress_proxy_port: u16,
+    /// Whether sandboxes run `svc-agent` as their init, with exec, files and logs through it
+    /// (decisions §14, Docker fast path).
+    pub agent: DockerAgentMode,
+    /// The static `svc-agent`; empty = one beside the `svc` binary.
+    pub agent_path: PathBuf,
+    /// Where each sandbox's agent socket directory lives; empty = `svc-agent` under the system
+    /// temp dir.
+    pub agent_socket_dir: PathBuf,
+}
+
+/// `providers.docker.agent`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DockerAgentMode {
+    /// The agent when one is found and the engine is local (a Unix socket on this host).
+    #[default]
+    Auto,
+    /// The agent, or start-up stops naming `providers.docker.agent_path`.
+    Always,
+    /// The engine's exec and archive APIs only.
+    Never,
+}
+
+impl DockerAgentMode {
+    /// The configuration value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DockerAgentMode::Auto => "auto",
+            DockerAgentMode::Always => "always",
+            DockerAgentMode::Never => "never",
+        }
+    }
+}
+
+impl DockerProviderConfig {
+    /// The directory holding every sandbox's agent socket directory.
+    pub fn agent_socket_root(&self) -> PathBuf {
+        if self.agent_socket_dir.as_os_str().is_empty() {
+            std::env::temp_dir().join("svc-agent")
+        } else {
+            self.agent_socket_dir.clone()
+        }
+    }
 }
 
 impl Default for DockerProviderConfig {
@@ -116,6 +159,9 @@ impl Default for DockerProviderConfig {
             pids_limit: 256,
             user: String::new(),
             egress_proxy_port: 7424,
+            agent: DockerAgentMode::Auto,
+            agent_path: PathBuf::new(),
+            agent_socket_dir: PathBuf::new(),
         }
     }
 }

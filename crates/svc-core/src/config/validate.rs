@@ -98,6 +98,9 @@ impl Problems {
     }
 }
 
+/// `/sb-<16 hex>/agent.sock`: what a sandbox's agent socket adds to `agent_socket_dir`.
+const AGENT_SOCKET_SUFFIX: usize = "/sb-0123456789abcdef/agent.sock".len();
+
 impl Config {
     /// Every out-of-range or inconsistent value, each naming its key; empty when the
     /// configuration can be used. Start-up refuses a configuration with any problem.
@@ -155,6 +158,23 @@ impl Config {
 
     fn validate_providers(&self, p: &mut Problems) {
         p.provider_reference(self, &self.providers.default, "providers.default");
+        let docker = &self.providers.docker;
+        if docker.enabled && docker.agent != super::DockerAgentMode::Never {
+            let dir = &docker.agent_socket_dir;
+            p.check(
+                dir.as_os_str().is_empty() || dir.is_absolute(),
+                "providers.docker.agent_socket_dir",
+                || "must be an absolute path (the engine mounts it by its host path)".to_owned(),
+            );
+            // A Unix socket's path holds at most 107 bytes: `<dir>/sb-<16 hex>/agent.sock`.
+            let longest = docker.agent_socket_root().as_os_str().len() + AGENT_SOCKET_SUFFIX;
+            p.check(longest <= 107, "providers.docker.agent_socket_dir", || {
+                format!(
+                    "is too long: a sandbox's socket path would be {longest} bytes, Unix sockets \
+                     allow 107"
+                )
+            });
+        }
         let firecracker = &self.providers.firecracker;
         if firecracker.enabled {
             p.check(
@@ -723,6 +743,17 @@ mod tests {
                 "providers.firecracker.boot_timeout"
             ]
         );
+
+        let mut config = Config::default();
+        config.providers.docker.agent_socket_dir = "relative/dir".into();
+        assert_single_problem(&config, "providers.docker.agent_socket_dir");
+        config.providers.docker.agent_socket_dir = format!("/{}", "d".repeat(76)).into();
+        assert_single_problem(&config, "providers.docker.agent_socket_dir");
+        config.providers.docker.agent_socket_dir = format!("/{}", "d".repeat(75)).into();
+        assert!(config.validate().is_empty(), "107 bytes fit");
+        config.providers.docker.agent_socket_dir = "relative/dir".into();
+        config.providers.docker.agent = crate::config::DockerAgentMode::Never;
+        assert!(config.validate().is_empty(), "unused without the agent");
 
         let mut config = Config::default();
         config.pool.provider = "nope".to_owned();

@@ -50,6 +50,8 @@ pub struct AgentHello {
 #[derive(Clone)]
 pub struct AgentClient {
     connector: Arc<dyn Connector>,
+    /// Whether commands outlive their connection (and so svc), found again by handle.
+    detach: bool,
 }
 
 fn protocol(err: svc_agent_proto::ProtocolError) -> ProviderError {
@@ -93,7 +95,19 @@ fn unexpected(reply: &Reply) -> ProviderError {
 impl AgentClient {
     /// A client reaching the agent through `connector`.
     pub fn new(connector: Arc<dyn Connector>) -> Self {
-        AgentClient { connector }
+        AgentClient {
+            connector,
+            detach: false,
+        }
+    }
+
+    /// A client whose commands outlive their connection, as the Docker engine's execs do: a
+    /// dropped session leaves its command running, and [`AgentClient::exec_state`] finds it
+    /// again by its [`ExecControl::handle`].
+    #[must_use]
+    pub fn detached(mut self) -> Self {
+        self.detach = true;
+        self
     }
 
     /// A connection with `op` sent.
@@ -184,13 +198,14 @@ impl AgentClient {
                 gid: user.gid,
                 home: user.home.to_string(),
             }),
+            detach: self.detach,
         };
         let mut connection = self.open(op).await?;
-        match Self::reply(&mut connection).await? {
-            Reply::Started { .. } => {}
+        let handle = match Self::reply(&mut connection).await? {
+            Reply::Started { handle, .. } => handle,
             Reply::Error { kind, message } => return Err(agent_error(kind, message, None)),
             other => return Err(unexpected(&other)),
-        }
+        };
         let (sink, frames) = connection.split();
         let (output, received) = mpsc::channel(8);
         let (exit_tx, exit_rx) = oneshot::channel();
@@ -198,6 +213,10 @@ impl AgentClient {
         let control = Arc::new(AgentControl {
             sink: Mutex::new(sink),
             tty: spec.tty.is_some(),
+            detached: handle.map(|handle| DetachedControl {
+                client: self.clone(),
+                handle,
+            }),
         });
         let exit = async move {
             exit_rx.await.unwrap_or_else(|_| {
@@ -213,6 +232,44 @@ impl AgentClient {
             control,
             exit,
         })
+    }
+
+    /// A detached command's state by its handle, and a control that can still signal and kill
+    /// it while it runs (its stdin went with its connection).
+    pub async fn exec_state(
+        &self,
+        handle: &str,
+    ) -> Result<(crate::ExecState, Option<Arc<dyn ExecControl>>), ProviderError> {
+        let op = Op::ExecStatus {
+            handle: handle.to_owned(),
+        };
+        match self.call(op, None).await {
+            Ok(Reply::ExecStatus { running: true, .. }) => {
+                let control: Arc<dyn ExecControl> = Arc::new(DetachedControl {
+                    client: self.clone(),
+                    handle: handle.to_owned(),
+                });
+                Ok((crate::ExecState::Running, Some(control)))
+            }
+            Ok(Reply::ExecStatus { code, .. }) => {
+                Ok((crate::ExecState::Exited(code.unwrap_or(-1)), None))
+            }
+            Ok(other) => Err(unexpected(&other)),
+            // Forgotten, or an agent that started again.
+            Err(ProviderError::InvalidRequest { .. }) => Ok((crate::ExecState::Gone, None)),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The agent's log, newest last (container mode: the commands it ran and how they ended).
+    pub async fn logs(&self, lines: usize) -> Result<Vec<String>, ProviderError> {
+        let op = Op::Logs {
+            lines: u32::try_from(lines).unwrap_or(u32::MAX),
+        };
+        match self.call(op, None).await? {
+            Reply::Lines { lines } => Ok(lines),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Writes a file (creating parent directories) with `mode`, streaming `content`.
@@ -434,6 +491,8 @@ async fn abandoned(
 struct AgentControl {
     sink: Mutex<SplitSink<Connection, Frame>>,
     tty: bool,
+    /// A detached command's own handle.
+    detached: Option<DetachedControl>,
 }
 
 impl AgentControl {
@@ -485,5 +544,56 @@ impl ExecControl for AgentControl {
         // The agent kills the whole group. The connection stays open for the exit status: a
         // VMM's vsock may turn a half-close into a full one.
         self.signal(Signal::Kill).await
+    }
+
+    fn handle(&self) -> Option<String> {
+        self.detached.as_ref().map(|d| d.handle.clone())
+    }
+}
+
+/// A detached command found again by its handle: signals and kills go by handle, on a
+/// connection of their own.
+#[derive(Clone)]
+struct DetachedControl {
+    client: AgentClient,
+    handle: String,
+}
+
+#[async_trait]
+impl ExecControl for DetachedControl {
+    async fn write_stdin(&self, _data: Bytes) -> Result<(), ProviderError> {
+        Err(ProviderError::InvalidRequest {
+            message: "the command's stdin ended with its connection".into(),
+        })
+    }
+
+    async fn close_stdin(&self) -> Result<(), ProviderError> {
+        // Closed already, when its connection ended.
+        Ok(())
+    }
+
+    async fn resize(&self, _size: TtySize) -> Result<(), ProviderError> {
+        Err(ProviderError::InvalidRequest {
+            message: "the command's terminal ended with its connection".into(),
+        })
+    }
+
+    async fn signal(&self, signal: Signal) -> Result<(), ProviderError> {
+        let op = Op::ExecSignal {
+            handle: self.handle.clone(),
+            signal: signal.number(),
+        };
+        match self.client.call(op, None).await? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn kill(&self) -> Result<(), ProviderError> {
+        self.signal(Signal::Kill).await
+    }
+
+    fn handle(&self) -> Option<String> {
+        Some(self.handle.clone())
     }
 }
