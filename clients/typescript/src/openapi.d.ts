@@ -2237,6 +2237,11 @@ export interface components {
             /** @description What the sandbox may connect to (decisions §18). */
             egress?: components["schemas"]["Egress"];
             /**
+             * @description How svc reaches its commands and files, on a provider with more than one way: docker's
+             *     `agent` or `engine` (decisions §14). Absent for other providers.
+             */
+            exec_path?: string | null;
+            /**
              * Format: date-time
              * @description When the reaper destroys it.
              */

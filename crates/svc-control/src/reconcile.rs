@@ -205,7 +205,8 @@ impl ControlPlane {
         if !self.lease_for_reconcile(&runtime.sandbox_id, report).await {
             return;
         }
-        let record = self.adopted_record(provider, runtime);
+        let mut record = self.adopted_record(provider, runtime);
+        record.exec_path = provider.exec_path(&record.id).await;
         if let Err(err) = self.store().insert_sandbox(&record).await {
             // The lease is left to lapse: a record that appeared meanwhile is its holder's.
             tracing::warn!(sandbox_id = %record.id, error = %err, "reconciliation: recording an adopted runtime failed");
@@ -249,6 +250,7 @@ impl ControlPlane {
             paused_for: std::time::Duration::ZERO,
             egress: svc_core::egress::Egress::default(),
             env: BTreeMap::new(),
+            exec_path: None,
         }
     }
 

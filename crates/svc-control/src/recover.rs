@@ -80,7 +80,12 @@ impl ControlPlane {
         };
         let status = provider.status(&sandbox.id).await;
         if matches!(status, Ok(RuntimeStatus::Running)) {
-            match self.store().mark_sandbox_running(&sandbox.id).await {
+            let exec_path = provider.exec_path(&sandbox.id).await;
+            match self
+                .store()
+                .mark_sandbox_running(&sandbox.id, exec_path.as_deref())
+                .await
+            {
                 Ok(Some(running)) => {
                     let data = sandbox_event_data(&running);
                     self.events().publish_in(

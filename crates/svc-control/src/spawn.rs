@@ -441,6 +441,7 @@ impl ControlPlane {
             paused_for: std::time::Duration::ZERO,
             egress: plan.egress.clone(),
             env: plan.env.clone(),
+            exec_path: None,
         }
     }
 
@@ -494,7 +495,12 @@ impl ControlPlane {
                 Err(failure) => return Err(undo.run(failure).await),
             }
         };
-        let running = match self.store().mark_sandbox_running(&record.id).await {
+        let exec_path = provider.exec_path(&record.id).await;
+        let running = match self
+            .store()
+            .mark_sandbox_running(&record.id, exec_path.as_deref())
+            .await
+        {
             Ok(Some(running)) => running,
             Ok(None) => {
                 let error = Error::internal(

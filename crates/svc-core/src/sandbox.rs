@@ -206,6 +206,10 @@ pub struct Sandbox {
     /// What the sandbox may connect to (decisions §18).
     #[serde(default)]
     pub egress: crate::egress::Egress,
+    /// How svc reaches its commands and files, on a provider with more than one way: docker's
+    /// `agent` or `engine` (decisions §14). Absent for other providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_path: Option<String>,
 }
 
 impl Sandbox {
@@ -478,6 +482,7 @@ mod tests {
             paused_for: std::time::Duration::ZERO,
             egress: crate::egress::Egress::default(),
             env: BTreeMap::from([("SECRET".into(), "hunter2".into())]),
+            exec_path: None,
         }
     }
 

@@ -214,6 +214,12 @@ pub trait Provider: Send + Sync + 'static {
         Err(ProviderError::Unsupported { op: "logs" })
     }
 
+    /// How svc reaches the runtime's commands and files, for a provider with more than one
+    /// way: docker's `agent` or `engine` (decisions §14). `None` for the others.
+    async fn exec_path(&self, _id: &SandboxId) -> Option<String> {
+        None
+    }
+
     /// Whether [`ExecSpec::user`] is honoured: the command runs as that user, so a pool
     /// workspace's commands cannot read another workspace's files.
     fn runs_exec_as_user(&self) -> bool {

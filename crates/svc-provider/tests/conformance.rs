@@ -48,9 +48,41 @@ fn docker_test_image() -> String {
     std::env::var("SVC_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "svc-test-busybox:latest".into())
 }
 
-/// The Docker engine, or a loud skip when it is missing and not required.
+/// The Docker engine on its engine path (exec and archive APIs), or a loud skip when it is
+/// missing and not required.
 async fn docker() -> Option<Backend> {
-    let provider = DockerProvider::connect(DockerProviderConfig::default()).await;
+    docker_with(engine_path(), None).await
+}
+
+/// The engine path's configuration.
+fn engine_path() -> DockerProviderConfig {
+    DockerProviderConfig {
+        agent: svc_core::config::DockerAgentMode::Never,
+        ..DockerProviderConfig::default()
+    }
+}
+
+/// The Docker engine on its agent path (the static agent of the microVM assets as every
+/// container's init), or a loud skip when the engine or the agent is missing and not required.
+async fn docker_agent() -> Option<Backend> {
+    let assets = microvm_assets()?;
+    let dir = tempfile::tempdir().unwrap();
+    let config = DockerProviderConfig {
+        agent: svc_core::config::DockerAgentMode::Always,
+        agent_path: assets.agent(),
+        agent_socket_dir: dir.path().join("sockets"),
+        ..DockerProviderConfig::default()
+    };
+    let backend = docker_with(config, Some(dir)).await?;
+    assert_eq!(backend.provider.config_summary()["exec_path"], "agent");
+    Some(backend)
+}
+
+async fn docker_with(
+    config: DockerProviderConfig,
+    guard: Option<tempfile::TempDir>,
+) -> Option<Backend> {
+    let provider = DockerProvider::connect(config).await;
     let healthy = match &provider {
         Ok(provider) => provider.health().await.map_err(|e| e.to_string()),
         Err(err) => Err(err.to_string()),
@@ -66,7 +98,7 @@ async fn docker() -> Option<Backend> {
     Some(Backend {
         provider: Arc::new(provider.unwrap()),
         image: docker_test_image(),
-        _guard: None,
+        _guard: guard,
     })
 }
 
@@ -852,7 +884,7 @@ macro_rules! all_cases {
     };
 }
 
-all_cases!(mock, docker, qemu);
+all_cases!(mock, docker, docker_agent, qemu);
 
 /// A Docker image becomes a cached root disk: exported once, listed in snapshots, booted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -860,9 +892,7 @@ async fn qemu_boots_a_docker_image_built_once() {
     let (Some(assets), Some(docker)) = (microvm_assets(), docker().await) else {
         return;
     };
-    let engine = DockerProvider::connect(DockerProviderConfig::default())
-        .await
-        .unwrap();
+    let engine = DockerProvider::connect(engine_path()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = assets.qemu_config(dir.path());
     let provider: Arc<dyn Provider> = Arc::new(svc_provider::microvm::MicrovmProvider::qemu(

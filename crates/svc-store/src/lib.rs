@@ -139,7 +139,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Moves a `creating` sandbox to `running`. Returns the updated record, or `None` when it
     /// is not (or no longer) `creating`.
-    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>>;
+    async fn mark_sandbox_running(
+        &self,
+        id: &SandboxId,
+        exec_path: Option<&str>,
+    ) -> StoreResult<Option<Sandbox>>;
 
     /// Ends a sandbox that has not ended: `state` is `destroyed` or `error`, with the reason
     /// and message of `ending`, and lets its lease lapse at `at`, in one transaction. Returns

@@ -258,6 +258,7 @@ fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
             allow: vec!["example.com:443".into(), "10.0.0.0/8".into()],
         },
         env: BTreeMap::from([("A".into(), "1".into())]),
+        exec_path: None,
     }
 }
 
@@ -700,9 +701,22 @@ async fn admission_counts_and_records_in_one_write(store: &dyn Store) {
         .unwrap();
     assert_eq!(full.reason, Some(LimitReason::MaxSandboxes));
     // Ended sandboxes free capacity; creating ones hold it like running ones.
-    let running = store.mark_sandbox_running(&a1.id).await.unwrap().unwrap();
+    let running = store
+        .mark_sandbox_running(&a1.id, Some("agent"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(running.state, SandboxState::Running);
-    assert_eq!(store.mark_sandbox_running(&a1.id).await.unwrap(), None);
+    assert_eq!(running.exec_path.as_deref(), Some("agent"));
+    assert_eq!(
+        store.get_sandbox(&a1.id).await.unwrap().unwrap().exec_path,
+        running.exec_path,
+        "the exec path is kept"
+    );
+    assert_eq!(
+        store.mark_sandbox_running(&a1.id, None).await.unwrap(),
+        None
+    );
     store
         .end_sandbox(
             &a2.id,

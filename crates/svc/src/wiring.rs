@@ -71,7 +71,7 @@ async fn retired_providers(
 ) -> anyhow::Result<Vec<Arc<dyn Provider>>> {
     let mut retired: Vec<Arc<dyn Provider>> = Vec::new();
     if !config.providers.docker.enabled && store.count_sandboxes_on_provider("docker").await? > 0 {
-        match DockerProvider::connect(config.providers.docker.clone()).await {
+        match DockerProvider::connect(engine_only(&config.providers.docker)).await {
             Ok(docker) => retired.push(Arc::new(docker)),
             Err(err) => {
                 tracing::warn!(error = %err, "the disabled docker provider could not be set up to clean up its sandboxes");
@@ -125,21 +125,21 @@ async fn enabled_providers(config: &Config) -> anyhow::Result<(Vec<Arc<dyn Provi
     if config.providers.docker.enabled {
         // An engine that does not answer leaves the provider listed as unhealthy (decisions §2),
         // and it becomes healthy once the engine appears.
-        match DockerProvider::connect(config.providers.docker.clone()).await {
-            Ok(docker) => {
-                docker_answers = docker.health().await.is_ok();
-                if !docker_answers {
-                    tracing::info!("no Docker engine answers; the docker provider is unhealthy");
-                }
-                providers.push(Arc::new(docker));
-            }
-            Err(err) => tracing::warn!(error = %err, "the docker provider could not be set up"),
+        // Fails only for `providers.docker.agent: always` without a usable agent, which stops
+        // start-up (decisions §14).
+        let docker = DockerProvider::connect(config.providers.docker.clone())
+            .await
+            .map_err(|err| anyhow::anyhow!("the docker provider: {err}"))?;
+        docker_answers = docker.health().await.is_ok();
+        if !docker_answers {
+            tracing::info!("no Docker engine answers; the docker provider is unhealthy");
         }
+        providers.push(Arc::new(docker));
     }
     if config.providers.firecracker.enabled || config.providers.qemu.enabled {
         // Images are exported through the Docker engine whether or not the docker provider is
         // enabled for spawns (decisions §14).
-        let docker = DockerProvider::connect(config.providers.docker.clone())
+        let docker = DockerProvider::connect(engine_only(&config.providers.docker))
             .await
             .ok()
             .map(Arc::new);
@@ -266,4 +266,15 @@ pub(crate) async fn control_plane(
         installation_id,
         event_log: opened.event_log.clone(),
     }))
+}
+
+/// The docker settings for a provider that spawns nothing (a retired one, the image exporter):
+/// it needs no agent of its own, and reaches agent-run containers through their labels.
+fn engine_only(
+    config: &svc_core::config::DockerProviderConfig,
+) -> svc_core::config::DockerProviderConfig {
+    svc_core::config::DockerProviderConfig {
+        agent: svc_core::config::DockerAgentMode::Never,
+        ..config.clone()
+    }
 }

@@ -76,6 +76,10 @@ impl Provider for Metered {
         self.inner.runs_exec_as_user()
     }
 
+    async fn exec_path(&self, id: &SandboxId) -> Option<String> {
+        self.inner.exec_path(id).await
+    }
+
     async fn health(&self) -> Result<(), ProviderError> {
         self.measure("health", self.inner.health()).await
     }

@@ -95,6 +95,10 @@ impl Provider for FaultyProvider {
         self.inner.health().await
     }
 
+    async fn exec_path(&self, id: &SandboxId) -> Option<String> {
+        self.inner.exec_path(id).await
+    }
+
     async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError> {
         self.spawns_started.fetch_add(1, Ordering::SeqCst);
         let fault = *self.spawn_fault.lock().unwrap();
@@ -270,9 +274,13 @@ impl Store for FaultyStore {
     ) -> StoreResult<Admission> {
         self.inner.check_admission(owner_id, lifetime, limits).await
     }
-    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+    async fn mark_sandbox_running(
+        &self,
+        id: &SandboxId,
+        exec_path: Option<&str>,
+    ) -> StoreResult<Option<Sandbox>> {
         self.write("mark_sandbox_running")?;
-        self.inner.mark_sandbox_running(id).await
+        self.inner.mark_sandbox_running(id, exec_path).await
     }
     async fn end_sandbox(
         &self,

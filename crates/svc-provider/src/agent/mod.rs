@@ -166,6 +166,12 @@ impl AgentClient {
         }))
     }
 
+    /// A connection with nothing asked on it: the agent waits for a request for as long as it
+    /// lives, so the connection ends exactly when the agent does.
+    pub async fn idle(&self) -> Result<AgentStream, ProviderError> {
+        self.connector.connect().await
+    }
+
     /// Version handshake and health.
     pub async fn hello(&self) -> Result<AgentHello, ProviderError> {
         match self.call(Op::Hello, None).await? {

@@ -65,6 +65,11 @@ impl Gate {
         Ok(guard)
     }
 
+    /// Refused while the container is paused: a frozen agent would never answer.
+    pub(super) async fn unpaused(&self) -> Result<(), ProviderError> {
+        self.exec_start().await.map(drop)
+    }
+
     /// An exec whose start was asked for.
     pub(super) fn started(&self, exec_id: &str) {
         self.starting_set().insert(exec_id.to_owned());

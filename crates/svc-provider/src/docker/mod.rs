@@ -1,9 +1,11 @@
 //! The `docker` provider (decisions §14): one long-lived container per sandbox, created through
 //! the Docker Engine API (bollard) over `providers.docker.socket`, `DOCKER_HOST`, or the default
-//! socket. Containers carry svc's labels; security settings come from configuration; exec uses
-//! the exec API, files the archive API (and small scripts for directory operations), logs the
-//! logs API.
+//! socket. Containers carry svc's labels; security settings come from configuration. With the
+//! fast path (`agent.rs`) each container's init is svc's agent, and exec, files and logs go
+//! through it; otherwise exec uses the exec API, files the archive API (and small scripts for
+//! directory operations), logs the logs API.
 
+mod agent;
 mod egress;
 mod egress_proxy;
 mod errors;
@@ -40,6 +42,9 @@ use crate::{
 /// Capabilities a multi-user container (a pool VM) keeps for its root: making workspaces
 /// for other users, reaching into them, ending their processes (see `SpawnSpec::multi_user`).
 const MULTI_USER_CAPS: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"];
+/// What a multi-user container's agent needs besides: it becomes each workspace's user itself
+/// (the engine's exec did that from outside).
+const MULTI_USER_AGENT_CAPS: &[&str] = &["SETUID", "SETGID"];
 const CAPABILITIES: &[Capability] = &[
     Capability::Spawn,
     Capability::Exec,
@@ -79,6 +84,11 @@ pub struct DockerProvider {
     /// while it runs.
     addresses: std::sync::Mutex<HashMap<String, std::net::IpAddr>>,
     egress_proxy: egress_proxy::EgressProxy,
+    /// What new sandboxes get.
+    exec_path: agent::ExecPath,
+    /// How each container is reached, as decided at its spawn.
+    routes: agent::Routes,
+    failures: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<crate::RuntimeFailure>>>,
 }
 
 /// The container name of a sandbox. A claimed warm runtime is renamed to its sandbox's name,
@@ -100,8 +110,9 @@ fn container_sandbox(
 }
 
 impl DockerProvider {
-    /// A provider for the configured engine. Connecting happens on first use, so this never
-    /// fails: an engine that does not answer makes the provider unhealthy, not absent.
+    /// A provider for the configured engine. Connecting happens on first use: an engine that
+    /// does not answer makes the provider unhealthy, not absent. Fails only when
+    /// `providers.docker.agent` is `always` and no agent can be used.
     pub async fn connect(config: DockerProviderConfig) -> Result<Self, ProviderError> {
         let configured = config.socket.trim();
         let endpoint = if configured.is_empty() {
@@ -115,6 +126,14 @@ impl DockerProvider {
         } else {
             format!("unix://{configured}")
         };
+        let exec_path = agent::choose(&config, &endpoint).await?;
+        if let agent::ExecPath::Engine { reason } = &exec_path {
+            tracing::info!(
+                reason,
+                "docker sandboxes use the engine's exec and archive APIs"
+            );
+        }
+        let (failed, failures) = tokio::sync::mpsc::unbounded_channel();
         let provider = DockerProvider {
             client: std::sync::RwLock::new(None),
             egress_proxy: egress_proxy::EgressProxy::new(config.egress_proxy_port),
@@ -122,6 +141,9 @@ impl DockerProvider {
             endpoint,
             gates: gate::Gates::default(),
             addresses: std::sync::Mutex::default(),
+            exec_path,
+            routes: agent::Routes::new(failed),
+            failures: std::sync::Mutex::new(Some(failures)),
         };
         // Connect now when the engine answers, so the first request does not pay for it.
         let _ = provider.client().await;
@@ -203,7 +225,11 @@ impl DockerProvider {
         Ok(true)
     }
 
-    fn container_body(&self, spec: &SpawnSpec) -> ContainerCreateBody {
+    fn container_body(
+        &self,
+        spec: &SpawnSpec,
+        agent: Option<(&agent::AgentBinary, &Path)>,
+    ) -> ContainerCreateBody {
         let config = &self.config;
         let mut security_opt = vec!["no-new-privileges:true".to_owned()];
         if !config.seccomp_profile.is_empty() && config.seccomp_profile != "default" {
@@ -224,7 +250,12 @@ impl DockerProvider {
         let mut tmpfs = tmpfs;
         let mut user = self.user().map(str::to_owned);
         if spec.multi_user {
-            for cap in MULTI_USER_CAPS {
+            let agent_caps = if agent.is_some() {
+                MULTI_USER_AGENT_CAPS
+            } else {
+                &[]
+            };
+            for cap in MULTI_USER_CAPS.iter().chain(agent_caps) {
                 if !cap_add.iter().any(|c| c.eq_ignore_ascii_case(cap)) {
                     cap_add.push((*cap).to_owned());
                 }
@@ -236,16 +267,25 @@ impl DockerProvider {
             }
             user = None;
         }
+        let mut labels: HashMap<String, String> = spec.labels.clone().into_iter().collect();
+        let (entrypoint, mounts) = match agent {
+            Some((binary, dir)) => {
+                labels.insert(agent::LABEL_EXEC_PATH.to_owned(), "agent".to_owned());
+                labels.insert(agent::LABEL_AGENT_DIR.to_owned(), dir.display().to_string());
+                let (entrypoint, mounts) = agent::container_parts(binary, dir);
+                (entrypoint, Some(mounts))
+            }
+            None => (
+                vec!["/bin/sh".to_owned(), "-c".to_owned(), KEEPALIVE.to_owned()],
+                None,
+            ),
+        };
         ContainerCreateBody {
             image: Some(spec.image.clone()),
-            entrypoint: Some(vec![
-                "/bin/sh".to_owned(),
-                "-c".to_owned(),
-                KEEPALIVE.to_owned(),
-            ]),
+            entrypoint: Some(entrypoint),
             cmd: Some(Vec::new()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(spec.labels.clone().into_iter().collect()),
+            labels: Some(labels),
             user,
             host_config: Some(HostConfig {
                 memory: Some(i64::from(spec.memory_mb) * 1024 * 1024),
@@ -258,9 +298,39 @@ impl DockerProvider {
                 tmpfs,
                 runtime: (!config.runtime.is_empty()).then(|| config.runtime.clone()),
                 network_mode: Some(network),
+                mounts,
                 ..Default::default()
             }),
             ..Default::default()
+        }
+    }
+
+    /// The socket directory of a sandbox about to be spawned on the agent path, or why it
+    /// takes the engine path: the agent runs as the container's user, which must own it.
+    async fn agent_dir(
+        &self,
+        docker: &Docker,
+        spec: &SpawnSpec,
+        binary: &agent::AgentBinary,
+    ) -> Result<Result<std::path::PathBuf, String>, ProviderError> {
+        let user = if spec.multi_user {
+            String::new()
+        } else if let Some(user) = self.user() {
+            user.to_owned()
+        } else {
+            docker
+                .inspect_image(&spec.image)
+                .await
+                .map_err(|e| engine_error("inspecting the image", &e))?
+                .config
+                .and_then(|c| c.user)
+                .unwrap_or_default()
+        };
+        match agent::numeric_owner(&user) {
+            Ok(owner) => Ok(Ok(
+                agent::make_dir(&binary.socket_root, &spec.id, owner).await?
+            )),
+            Err(reason) => Ok(Err(reason)),
         }
     }
 
@@ -483,26 +553,51 @@ impl DockerProvider {
         } else {
             (spec, None)
         };
+        let agent_dir = match &self.exec_path {
+            agent::ExecPath::Agent(binary) => match self.agent_dir(&docker, spec, binary).await? {
+                Ok(dir) => Some((binary, dir)),
+                Err(reason) => {
+                    tracing::warn!(sandbox_id = %spec.id, reason, "this sandbox takes the engine's exec path");
+                    None
+                }
+            },
+            agent::ExecPath::Engine { .. } => None,
+        };
+        let route = match &agent_dir {
+            Some((_, dir)) => agent::Route::from_dir(dir.clone()),
+            None => agent::Route::Engine,
+        };
         let options = CreateContainerOptions {
             name: Some(name.to_owned()),
             ..Default::default()
         };
+        let body = self.container_body(
+            spec,
+            agent_dir
+                .as_ref()
+                .map(|(binary, dir)| (*binary, dir.as_path())),
+        );
         docker
-            .create_container(Some(options), self.container_body(spec))
+            .create_container(Some(options), body)
             .await
             .map_err(|e| engine_error("creating the container", &e))?;
         if let Err(err) = docker.start_container(name, None).await {
             let message = err.to_string();
             // An image without a shell cannot run the keep-alive loop; the container stays
             // created, which the archive API (file read and write) works with.
-            if message.contains("executable file not found")
-                || message.contains("no such file or directory")
+            if agent_dir.is_none()
+                && (message.contains("executable file not found")
+                    || message.contains("no such file or directory"))
             {
                 tracing::warn!(sandbox_id = %spec.id, image = %spec.image, "image has no /bin/sh; container left created, exec is unavailable");
                 return Ok(pulled);
             }
             return Err(engine_error("starting the container", &err));
         }
+        if let agent::Route::Agent { client, .. } = &route {
+            agent::wait_ready(&docker, name, client).await?;
+        }
+        self.routes.insert(&docker, name, &spec.id, route);
         if let Some(gateway) = gateway {
             let inspect = docker
                 .inspect_container(name, None)
@@ -558,7 +653,31 @@ impl Provider for DockerProvider {
         map.insert("pids_limit".into(), c.pids_limit.into());
         map.insert("user".into(), c.user.clone().into());
         map.insert("no_new_privileges".into(), true.into());
+        map.insert("agent".into(), c.agent.as_str().into());
+        map.insert("exec_path".into(), self.exec_path.name().into());
+        match &self.exec_path {
+            agent::ExecPath::Agent(binary) => {
+                map.insert(
+                    "agent_path".into(),
+                    binary.path.display().to_string().into(),
+                );
+                map.insert(
+                    "agent_socket_dir".into(),
+                    binary.socket_root.display().to_string().into(),
+                );
+            }
+            agent::ExecPath::Engine { reason } => {
+                map.insert("exec_path_reason".into(), reason.clone().into());
+            }
+        }
         map
+    }
+
+    fn take_failures(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::RuntimeFailure>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     async fn health(&self) -> Result<(), ProviderError> {
@@ -578,9 +697,13 @@ impl Provider for DockerProvider {
         match self.spawn_inner(spec, &name).await {
             Ok(pulled) => Ok(RuntimeInfo::started(spec, pulled)),
             Err(err) => {
-                // Leaves nothing behind: no half-created container.
+                // Leaves nothing behind: no half-created container, no socket directory.
+                self.routes.forget(&name);
                 if let Err(cleanup) = self.remove(&name).await {
                     tracing::error!(sandbox_id = %spec.id, error = %cleanup, "removing a failed container failed");
+                }
+                if let agent::ExecPath::Agent(binary) = &self.exec_path {
+                    agent::remove_dir(binary.socket_root.join(spec.id.as_str())).await;
                 }
                 Err(err)
             }
@@ -596,18 +719,29 @@ impl Provider for DockerProvider {
         let options = RenameContainerOptions {
             name: container_name(id),
         };
-        self.client()
-            .await?
+        let docker = self.client().await?;
+        let route = self.route(warm).await?;
+        docker
             .rename_container(&container_name(warm), options)
             .await
             .map_err(|e| container_error(warm.as_str(), "renaming the warm container", &e))?;
         self.gates.forget(&container_name(warm));
+        self.routes.forget(&container_name(warm));
+        self.routes.insert(&docker, &container_name(id), id, route);
         Ok(())
     }
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
         let name = container_name(id);
+        // Forgotten first: its agent's going is no failure.
+        let route = match self.routes.forget(&name) {
+            Some(route) => Some(route),
+            None => self.route_from_engine(id).await.ok().flatten(),
+        };
         self.remove(&name).await?;
+        if let Some(agent::Route::Agent { dir, .. }) = route {
+            agent::remove_dir(dir).await;
+        }
         self.gates.forget(&name);
         self.egress_proxy.forget(&name);
         self.addresses
@@ -639,7 +773,10 @@ impl Provider for DockerProvider {
         let docker = self.client().await?;
         let gate = self.gates.of(&name);
         let mut paused = gate.change().await;
-        gate.settle_execs(&docker).await?;
+        // Only the engine's execs can be caught half-started.
+        if !matches!(self.route(id).await?, agent::Route::Agent { .. }) {
+            gate.settle_execs(&docker).await?;
+        }
         match docker.pause_container(&name).await {
             Ok(()) => {
                 *paused = true;
@@ -688,6 +825,7 @@ impl Provider for DockerProvider {
             .await
             .map_err(|e| engine_error("listing containers", &e))?;
         self.resume_egress_proxy(&docker, &containers).await;
+        self.resume_agents(&docker, &containers).await;
         let mut runtimes: Vec<RuntimeInfo> = containers
             .into_iter()
             .filter_map(|c| {
@@ -720,31 +858,34 @@ impl Provider for DockerProvider {
             })?;
             return Ok(Vec::new());
         }
-        let options = LogsOptions {
-            stdout: true,
-            stderr: true,
-            tail: lines.to_string(),
-            ..Default::default()
-        };
-        let docker = self.client().await?;
-        let mut stream = docker.logs(&container_name(id), Some(options));
-        let mut text = Vec::new();
-        while let Some(item) = stream.next().await {
-            let item = item.map_err(|e| container_error(id.as_str(), "reading logs", &e))?;
-            text.extend_from_slice(&item.into_bytes());
+        if let agent::Route::Agent { client, .. } = self.route(id).await? {
+            self.gates.of(&container_name(id)).unpaused().await?;
+            return client.logs(lines).await;
         }
-        Ok(crate::process::last_lines(
-            &String::from_utf8_lossy(&text),
-            lines,
-        ))
+        let docker = self.client().await?;
+        logs_tail(&docker, &container_name(id), lines)
+            .await
+            .map_err(|e| container_error(id.as_str(), "reading logs", &e))
     }
 
     fn runs_exec_as_user(&self) -> bool {
         true
     }
 
+    async fn exec_path(&self, id: &SandboxId) -> Option<String> {
+        self.route(id)
+            .await
+            .ok()
+            .map(|route| route.exec_path().to_owned())
+    }
+
     async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> Result<ExecSession, ProviderError> {
         let container = container_name(id);
+        if let agent::Route::Agent { client, .. } = self.route(id).await? {
+            let gate = self.gates.of(&container);
+            let _starting = gate.exec_start().await?;
+            return client.exec(spec).await;
+        }
         if let Some(path) = &spec.workdir {
             // The engine would start the command and fail inside; refuse clearly instead.
             match files::stat(&self.client().await?, &container, path).await {
@@ -778,10 +919,18 @@ impl Provider for DockerProvider {
 
     async fn exec_state(
         &self,
-        _id: &SandboxId,
+        id: &SandboxId,
         handle: &str,
     ) -> Result<(ExecState, Option<std::sync::Arc<dyn ExecControl>>), ProviderError> {
-        exec::reattach(&self.client().await?, handle).await
+        match self.route(id).await {
+            Ok(agent::Route::Agent { client, .. }) => {
+                self.gates.of(&container_name(id)).unpaused().await?;
+                client.exec_state(handle).await
+            }
+            Ok(agent::Route::Engine) => exec::reattach(&self.client().await?, handle).await,
+            Err(ProviderError::RuntimeNotFound { .. }) => Ok((ExecState::Gone, None)),
+            Err(err) => Err(err),
+        }
     }
 
     async fn write_file(
@@ -791,6 +940,9 @@ impl Provider for DockerProvider {
         mode: u32,
         content: Upload,
     ) -> Result<(), ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.write_file(path, mode, content.stream).await;
+        }
         self.require_container(id).await?;
         files::write(
             &self.client().await?,
@@ -827,6 +979,9 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         path: &SandboxPath,
     ) -> Result<ByteStream, ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.read_file(path).await;
+        }
         self.require_container(id).await?;
         files::read(&self.client().await?, &container_name(id), path).await
     }
@@ -837,6 +992,9 @@ impl Provider for DockerProvider {
         path: &NonRootPath,
         recursive: bool,
     ) -> Result<(), ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.delete_file(path, recursive).await;
+        }
         self.shell(id).delete(path, recursive).await
     }
 
@@ -845,6 +1003,9 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         path: &SandboxPath,
     ) -> Result<Vec<FileInfo>, ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.list_dir(path).await;
+        }
         self.shell(id).list(path).await
     }
 
@@ -854,6 +1015,9 @@ impl Provider for DockerProvider {
         from: &NonRootPath,
         to: &NonRootPath,
     ) -> Result<(), ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.move_path(from, to).await;
+        }
         self.shell(id).rename(from, to).await
     }
 
@@ -863,10 +1027,16 @@ impl Provider for DockerProvider {
         path: &SandboxPath,
         mode: u32,
     ) -> Result<(), ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.chmod(path, mode).await;
+        }
         self.shell(id).chmod(path, mode).await
     }
 
     async fn stat(&self, id: &SandboxId, path: &SandboxPath) -> Result<FileInfo, ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.stat(path).await;
+        }
         self.require_container(id).await?;
         files::stat(&self.client().await?, &container_name(id), path).await
     }
@@ -876,11 +1046,104 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         pattern: &SandboxGlob,
     ) -> Result<Vec<String>, ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.glob(pattern).await;
+        }
         self.shell(id).glob(pattern).await
     }
 }
 
 impl DockerProvider {
+    /// How svc reaches the sandbox's container: as recorded at its spawn, read from the
+    /// container's labels once after a restart.
+    async fn route(&self, id: &SandboxId) -> Result<agent::Route, ProviderError> {
+        let name = container_name(id);
+        if let Some(route) = self.routes.get(&name) {
+            return Ok(route);
+        }
+        let route = self
+            .route_from_engine(id)
+            .await?
+            .ok_or_else(|| ProviderError::RuntimeNotFound { id: id.to_string() })?;
+        self.routes
+            .insert(&self.client().await?, &name, id, route.clone());
+        Ok(route)
+    }
+
+    /// The route the container's labels describe; `None` when there is no container.
+    async fn route_from_engine(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Option<agent::Route>, ProviderError> {
+        match self
+            .client()
+            .await?
+            .inspect_container(&container_name(id), None)
+            .await
+        {
+            Ok(inspect) => Ok(Some(agent::Route::from_labels(
+                &inspect.config.and_then(|c| c.labels).unwrap_or_default(),
+            ))),
+            Err(err) if status_of(&err) == Some(404) => Ok(None),
+            Err(err) => Err(engine_error("inspecting the container", &err)),
+        }
+    }
+
+    /// The agent of an agent-run sandbox, for a file operation: refused while the sandbox is
+    /// paused (its frozen agent would never answer). `None` on the engine path.
+    async fn agent_client(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Option<crate::agent::AgentClient>, ProviderError> {
+        match self.route(id).await? {
+            agent::Route::Agent { client, .. } => {
+                self.gates.of(&container_name(id)).unpaused().await?;
+                Ok(Some(client))
+            }
+            agent::Route::Engine => Ok(None),
+        }
+    }
+
+    /// After a restart: watches the agents of running containers again, and removes the
+    /// socket directories no container has.
+    async fn resume_agents(
+        &self,
+        docker: &Docker,
+        containers: &[bollard::models::ContainerSummary],
+    ) {
+        let mut in_use = Vec::new();
+        for container in containers {
+            let Some(labels) = &container.labels else {
+                continue;
+            };
+            let route = agent::Route::from_labels(labels);
+            let agent::Route::Agent { dir, .. } = &route else {
+                continue;
+            };
+            in_use.push(dir.clone());
+            let running = container
+                .state
+                .is_some_and(|s| matches!(s.to_string().as_str(), "running" | "paused"));
+            let labels: BTreeMap<String, String> =
+                labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let Some(id) = container_sandbox(container.names.as_deref(), &labels) else {
+                continue;
+            };
+            let name = container_name(&id);
+            if running && !self.routes.knows(&name) {
+                self.routes.insert(docker, &name, &id, route);
+            }
+        }
+        let mut roots = vec![self.config.agent_socket_root()];
+        if let agent::ExecPath::Agent(binary) = &self.exec_path {
+            roots.push(binary.socket_root.clone());
+        }
+        roots.dedup();
+        for root in roots {
+            agent::remove_orphans(root, in_use.clone()).await;
+        }
+    }
+
     /// File operations by shell script, as root.
     fn shell<'a>(&'a self, id: &'a SandboxId) -> crate::shell_files::ShellFiles<'a> {
         crate::shell_files::ShellFiles::new(
@@ -902,6 +1165,29 @@ impl DockerProvider {
             _ => Ok(()),
         }
     }
+}
+
+/// The last `lines` lines of a container's log (the engine's logs API).
+async fn logs_tail(
+    docker: &Docker,
+    container: &str,
+    lines: usize,
+) -> Result<Vec<String>, bollard::errors::Error> {
+    let options = LogsOptions {
+        stdout: true,
+        stderr: true,
+        tail: lines.to_string(),
+        ..Default::default()
+    };
+    let mut stream = docker.logs(container, Some(options));
+    let mut text = Vec::new();
+    while let Some(item) = stream.next().await {
+        text.extend_from_slice(&item?.into_bytes());
+    }
+    Ok(crate::process::last_lines(
+        &String::from_utf8_lossy(&text),
+        lines,
+    ))
 }
 
 /// How the egress proxy learns a connection's allowlist when it has not registered its address:

@@ -32,6 +32,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../../migrations/postgres/0007_query_plans.sql"),
     ),
+    (
+        8,
+        include_str!("../../migrations/postgres/0008_exec_path.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

@@ -146,8 +146,8 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     },
     get: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1"),
     mark_running: format!(
-        "UPDATE sandboxes SET state = 'running' WHERE id = $1 AND state = 'creating' \
-         RETURNING {SANDBOX_COLUMNS}"
+        "UPDATE sandboxes SET state = 'running', exec_path = $2 WHERE id = $1 \
+         AND state = 'creating' RETURNING {SANDBOX_COLUMNS}"
     ),
     // Whoever held the lease: the sandbox it fenced is gone, so it lapses in the same
     // statement (and only when this call ended the sandbox).
@@ -316,10 +316,20 @@ impl Store for PgStore {
         )
     }
 
-    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+    async fn mark_sandbox_running(
+        &self,
+        id: &SandboxId,
+        exec_path: Option<&str>,
+    ) -> StoreResult<Option<Sandbox>> {
         const OP: &str = "mark_sandbox_running";
         let client = self.client(OP).await?;
-        one_sandbox(&client, OP, &SANDBOX_SQL.mark_running, &[&id.as_str()]).await
+        one_sandbox(
+            &client,
+            OP,
+            &SANDBOX_SQL.mark_running,
+            &[&id.as_str(), &exec_path],
+        )
+        .await
     }
 
     async fn end_sandbox(

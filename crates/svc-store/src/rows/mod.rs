@@ -216,7 +216,7 @@ mod tests {
             TEMPLATE_COLUMNS,
             "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at, warm_pool, egress"
         );
-        assert_eq!(SANDBOX_COLUMN_COUNT, 22);
+        assert_eq!(SANDBOX_COLUMN_COUNT, 23);
         assert_eq!(
             LEASE_COLUMNS,
             "resource_id, holder_id, generation, expires_at"

@@ -40,6 +40,7 @@ stored_row! {
         paused_at: Option<i64>,
         paused_micros: i64,
         egress: String,
+        exec_path: Option<String>,
     }
 }
 
@@ -68,6 +69,7 @@ impl SandboxRow {
             paused_at: sandbox.paused_at.map(micros),
             paused_micros: i64::try_from(sandbox.paused_for.as_micros()).unwrap_or(i64::MAX),
             egress: encode_egress(&sandbox.egress)?,
+            exec_path: sandbox.exec_path.clone(),
         })
     }
 
@@ -112,6 +114,7 @@ impl SandboxRow {
             paused_at: self.paused_at.map(|v| timestamp(E, &key, v)).transpose()?,
             paused_for: Duration::from_micros(u64::try_from(self.paused_micros).unwrap_or(0)),
             egress: decode_egress(E, &key, &self.egress)?,
+            exec_path: self.exec_path,
         })
     }
 }

@@ -57,6 +57,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("../../migrations/sqlite/0013_query_plans.sql"),
     ),
+    (
+        14,
+        include_str!("../../migrations/sqlite/0014_exec_path.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -140,8 +140,8 @@ struct SandboxSql {
 static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     get: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
     mark_running: format!(
-        "UPDATE sandboxes SET state = 'running' WHERE id = ?1 AND state = 'creating' \
-         RETURNING {SANDBOX_COLUMNS}"
+        "UPDATE sandboxes SET state = 'running', exec_path = ?2 WHERE id = ?1 \
+         AND state = 'creating' RETURNING {SANDBOX_COLUMNS}"
     ),
     end: format!(
         "UPDATE sandboxes SET state = ?2, destroyed_at = ?3, ended_at = ?4, state_reason = ?5, \
@@ -325,8 +325,13 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn mark_sandbox_running(&self, id: &SandboxId) -> StoreResult<Option<Sandbox>> {
+    async fn mark_sandbox_running(
+        &self,
+        id: &SandboxId,
+        exec_path: Option<&str>,
+    ) -> StoreResult<Option<Sandbox>> {
         let id = id.as_str().to_owned();
+        let exec_path = exec_path.map(str::to_owned);
         decoded(
             self.connections
                 .write("mark_sandbox_running", move |conn| {
@@ -334,7 +339,7 @@ impl Store for SqliteStore {
                         conn,
                         "mark_sandbox_running",
                         &SANDBOX_SQL.mark_running,
-                        [id],
+                        rusqlite::params![id, exec_path],
                     )
                 })
                 .await,
