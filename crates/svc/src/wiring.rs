@@ -129,7 +129,8 @@ async fn enabled_providers(config: &Config) -> anyhow::Result<(Vec<Arc<dyn Provi
         // start-up (decisions §14).
         let docker = DockerProvider::connect(config.providers.docker.clone())
             .await
-            .map_err(|err| anyhow::anyhow!("the docker provider: {err}"))?;
+            .map_err(|err| anyhow::anyhow!("the docker provider: {err}"))?
+            .with_agent_deadline(config.defaults.spawn_timeout.as_std());
         docker_answers = docker.health().await.is_ok();
         if !docker_answers {
             tracing::info!("no Docker engine answers; the docker provider is unhealthy");

@@ -30,9 +30,9 @@ const AGENT_IN_CONTAINER: &str = "/.svc/svc-agent";
 const RUN_IN_CONTAINER: &str = "/.svc/run";
 /// The socket's name in that directory.
 const SOCKET_NAME: &str = "agent.sock";
-/// How long a started container's agent has to answer. Well inside any spawn deadline, and
-/// far beyond the few milliseconds it takes.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a started container's agent has to answer unless told (the spawn deadline): far
+/// beyond the few milliseconds it takes.
+pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// A socket directory with no container is left this long: its container may be being made.
 const ORPHAN_AGE: Duration = Duration::from_secs(300);
 
@@ -107,10 +107,6 @@ async fn usable_agent(
     } else {
         config.agent_path.clone()
     };
-    let checked = path.clone();
-    tokio::task::spawn_blocking(move || static_executable(&checked))
-        .await
-        .map_err(|e| e.to_string())??;
     let version = tokio::process::Command::new(&path)
         .arg("--version")
         .kill_on_drop(true)
@@ -139,6 +135,10 @@ async fn usable_agent(
             svc_agent_proto::VERSION
         ));
     }
+    let checked = path.clone();
+    tokio::task::spawn_blocking(move || static_executable(&checked))
+        .await
+        .map_err(|e| e.to_string())??;
     Ok(AgentBinary {
         path,
         socket_root: config.agent_socket_root(),
@@ -435,8 +435,9 @@ pub(super) async fn wait_ready(
     docker: &Docker,
     container: &str,
     client: &AgentClient,
+    timeout: Duration,
 ) -> Result<(), ProviderError> {
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     let mut attempts = 0u32;
     loop {
@@ -464,8 +465,8 @@ pub(super) async fn wait_ready(
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(ProviderError::failed(format!(
-                "the sandbox's agent did not answer within {}s",
-                READY_TIMEOUT.as_secs()
+                "the sandbox's agent did not answer within {}",
+                svc_core::GoDuration::from(timeout)
             )));
         }
         tokio::time::sleep(pause).await;

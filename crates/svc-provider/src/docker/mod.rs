@@ -89,6 +89,8 @@ pub struct DockerProvider {
     /// How each container is reached, as decided at its spawn.
     routes: agent::Routes,
     failures: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<crate::RuntimeFailure>>>,
+    /// How long a new container's agent has to answer.
+    agent_deadline: Duration,
 }
 
 /// The container name of a sandbox. A claimed warm runtime is renamed to its sandbox's name,
@@ -144,10 +146,19 @@ impl DockerProvider {
             exec_path,
             routes: agent::Routes::new(failed),
             failures: std::sync::Mutex::new(Some(failures)),
+            agent_deadline: agent::READY_TIMEOUT,
         };
         // Connect now when the engine answers, so the first request does not pay for it.
         let _ = provider.client().await;
         Ok(provider)
+    }
+
+    /// Gives each new container's agent `deadline` to answer (the spawn deadline): one that
+    /// does not is removed with its container and the spawn fails.
+    #[must_use]
+    pub fn with_agent_deadline(mut self, deadline: Duration) -> Self {
+        self.agent_deadline = deadline;
+        self
     }
 
     /// The connected client, connecting (and negotiating the API version) when needed.
@@ -595,7 +606,7 @@ impl DockerProvider {
             return Err(engine_error("starting the container", &err));
         }
         if let agent::Route::Agent { client, .. } = &route {
-            agent::wait_ready(&docker, name, client).await?;
+            agent::wait_ready(&docker, name, client, self.agent_deadline).await?;
         }
         self.routes.insert(&docker, name, &spec.id, route);
         if let Some(gateway) = gateway {

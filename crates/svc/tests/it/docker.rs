@@ -42,10 +42,55 @@ pub(crate) async fn engine() -> Option<Docker> {
     docker
 }
 
+/// The two ways svc reaches a docker sandbox's commands and files (decisions §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExecPath {
+    /// The engine's exec and archive APIs.
+    Engine,
+    /// svc's agent as the container's init.
+    Agent,
+}
+
+/// The static agent `scripts/test.sh` builds, or `None` with a loud skip.
+fn static_agent() -> Option<PathBuf> {
+    match svc_provider::microvm::Assets::find() {
+        Ok(assets) => Some(assets.agent()),
+        Err(missing) => {
+            assert!(
+                std::env::var_os("SVC_TEST_REQUIRE_MICROVM").is_none()
+                    && std::env::var_os("CI").is_none(),
+                "the static agent is required here: {missing}"
+            );
+            eprintln!("SKIPPED (loudly): no static agent for the Docker fast path: {missing}");
+            None
+        }
+    }
+}
+
+/// A server whose docker sandboxes take the engine path.
 async fn docker_server(adjust: impl FnOnce(&mut Config)) -> Option<(TestServer, Docker)> {
+    docker_server_on(ExecPath::Engine, adjust).await
+}
+
+/// A server whose docker sandboxes take `path`.
+async fn docker_server_on(
+    path: ExecPath,
+    adjust: impl FnOnce(&mut Config),
+) -> Option<(TestServer, Docker)> {
     let docker = engine().await?;
+    let agent = match path {
+        ExecPath::Agent => Some(static_agent()?),
+        ExecPath::Engine => None,
+    };
     let server = TestServer::start_with(|c| {
         c.providers.docker.enabled = true;
+        match agent {
+            Some(agent) => {
+                c.providers.docker.agent = svc_core::config::DockerAgentMode::Always;
+                c.providers.docker.agent_path = agent;
+            }
+            None => c.providers.docker.agent = svc_core::config::DockerAgentMode::Never,
+        }
         adjust(c);
     })
     .await;
@@ -81,9 +126,8 @@ async fn finish(server: TestServer, docker: &Docker) {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn docker_sandbox_lifecycle_with_labels_and_limits() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_sandbox_lifecycle_with_labels_and_limits(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let reply = server
@@ -169,16 +213,39 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits() {
         .clone();
     assert!(docker_summary["runtime_count"].as_u64().unwrap() >= 1);
 
-    // What the container's main process writes is its log.
-    server
+    // What the container's main process writes is its log; on the agent path that is the
+    // agent, which logs the commands it ran and how they ended.
+    let exec = server
         .post(
             &format!("/sandboxes/{id}/exec"),
             json!({"command": "for i in 1 2 3; do echo line$i > /proc/1/fd/1; done"}),
         )
         .await;
+    assert_eq!(exec.body["exit_code"], 0, "{}", exec.body);
     let logs = server.get(&format!("/sandboxes/{id}/logs?lines=2")).await;
     assert_eq!(logs.status, 200);
-    assert_eq!(logs.body, json!(["line2", "line3"]));
+    match path {
+        ExecPath::Engine => assert_eq!(logs.body, json!(["line2", "line3"])),
+        ExecPath::Agent => {
+            let lines: Vec<&str> = logs
+                .body
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap())
+                .collect();
+            assert_eq!(lines.len(), 2, "{lines:?}");
+            let (number, command) = lines[0]
+                .strip_prefix("exec ")
+                .and_then(|rest| rest.split_once(": "))
+                .unwrap_or_else(|| panic!("{lines:?}"));
+            assert!(command.ends_with("for i in 1 2 3; do echo line$i > /proc/1/fd/1; done"));
+            assert!(
+                lines[1].starts_with(&format!("exec {number}: exit 0 after ")),
+                "{lines:?}"
+            );
+        }
+    }
 
     assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
     let gone = docker.inspect_container(&container(&id), None).await;
@@ -191,9 +258,8 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits() {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn docker_exec_forms_and_deadlines() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_exec_forms_and_deadlines(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -256,9 +322,8 @@ async fn docker_exec_forms_and_deadlines() {
     finish(server, &docker).await;
 }
 
-#[tokio::test]
-async fn docker_interactive_tty_resize_and_stdin() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_interactive_tty_resize_and_stdin(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -349,9 +414,8 @@ async fn docker_interactive_tty_resize_and_stdin() {
     finish(server, &docker).await;
 }
 
-#[tokio::test]
-async fn docker_streamed_uploads_are_bounded_and_whole() {
-    let Some((server, docker)) = docker_server(|c| {
+async fn docker_streamed_uploads_are_bounded_and_whole(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |c| {
         c.server.max_body_bytes = 1 << 20;
         c.server.max_upload_bytes = 8 << 20;
     })
@@ -365,9 +429,8 @@ async fn docker_streamed_uploads_are_bounded_and_whole() {
     finish(server, &docker).await;
 }
 
-#[tokio::test]
-async fn docker_files_and_2_gib_up_and_down_in_flat_memory() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_files_and_2_gib_up_and_down_in_flat_memory(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -449,10 +512,9 @@ async fn docker_files_and_2_gib_up_and_down_in_flat_memory() {
     finish(server, &docker).await;
 }
 
-#[tokio::test]
-async fn docker_files_without_a_shell_and_read_only_rootfs() {
+async fn docker_files_without_a_shell_and_read_only_rootfs(path: ExecPath) {
     let Some((server, docker)) =
-        docker_server(|c| c.providers.docker.read_only_rootfs = true).await
+        docker_server_on(path, |c| c.providers.docker.read_only_rootfs = true).await
     else {
         return;
     };
@@ -488,9 +550,8 @@ async fn docker_files_without_a_shell_and_read_only_rootfs() {
     finish(server, &docker).await;
 }
 
-#[tokio::test]
-async fn docker_sandboxes_survive_a_restart() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_sandboxes_survive_a_restart(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -735,6 +796,8 @@ async fn missing_images_are_pulled_and_failures_leave_nothing() {
     finish(server, &docker).await;
 }
 
+/// On the engine path; on the agent path the agent's going is noticed at once
+/// (`an_agent_that_dies_ends_its_sandbox_as_provider_failed`).
 #[tokio::test]
 async fn a_container_that_stopped_ends_its_sandbox_as_provider_failed() {
     let Some((server, docker)) = docker_server(|_| {}).await else {
@@ -895,9 +958,8 @@ async fn docker_stats_report_the_container_and_its_limit() {
 /// The engine's pause (decisions §7): a counter stops and resumes, a streamed exec spans the
 /// pause, and a pause right after an exec was started (the engine still putting its process in
 /// the container) never leaves the container frozen: each round's resume answers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_pause_and_resume() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_pause_and_resume(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -942,9 +1004,8 @@ async fn docker_pause_and_resume() {
 
 /// The command-line client on docker (decisions §19): `svc exec -i` and `-it` in a real
 /// terminal, `svc cp` round trips, and an MCP session with `svc mcp`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_client_interactive_exec_and_cp() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_client_interactive_exec_and_cp(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -957,15 +1018,14 @@ async fn docker_client_interactive_exec_and_cp() {
 /// Exec jobs on docker (decisions §8): records, signals, stdin and kill on running and ended
 /// execs, background execs and `on_disconnect`, the `lost` marker, and 50 MiB reassembled
 /// across reconnects.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_exec_jobs() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_exec_jobs(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
     crate::exec::assert_exec_records(&server, &id).await;
     finish(server, &docker).await;
-    let Some((server, docker)) = docker_server(|c| {
+    let Some((server, docker)) = docker_server_on(path, |c| {
         c.defaults.default_exec_timeout = svc_core::GoDuration::from_millis(300);
         c.exec.output_buffer_bytes = 32 << 20;
     })
@@ -977,7 +1037,9 @@ async fn docker_exec_jobs() {
     crate::exec::assert_background_execs(&server, &id).await;
     crate::exec::assert_reconnects_reassemble(&server, &id, "/work").await;
     finish(server, &docker).await;
-    let Some((server, docker)) = docker_server(|c| c.exec.output_buffer_bytes = 1000).await else {
+    let Some((server, docker)) =
+        docker_server_on(path, |c| c.exec.output_buffer_bytes = 1000).await
+    else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -988,9 +1050,8 @@ async fn docker_exec_jobs() {
 /// After a restart, a docker sandbox's background execs are listed again (decisions §8): one
 /// still running (and killable), one that ended while svc was away with its exit code, one
 /// that ends later followed to its exit code, and an ended one as it was.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_exec_records_survive_a_restart() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_exec_records_survive_a_restart(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -1084,9 +1145,8 @@ async fn warm_containers(
 /// Warm pools on docker (decisions §17): started containers wait under their warm names; a
 /// spawn claims one (renamed to the sandbox's, labels kept) with its own owner and env, the
 /// pool refills, a restart adopts the ready container, and deleting the template removes it.
-#[tokio::test]
-async fn docker_warm_pool_hands_out_started_containers() {
-    let Some((server, docker)) = docker_server(|c| {
+async fn docker_warm_pool_hands_out_started_containers(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |c| {
         c.defaults.warm_check_interval = "200ms".parse().unwrap();
     })
     .await
@@ -1188,9 +1248,8 @@ async fn docker_warm_pool_hands_out_started_containers() {
 
 /// Previews on docker (decisions §18): busybox `httpd` inside the container, reached by path
 /// and by host name through the container's address; a port with nothing listening is 502.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_previews_reach_a_web_server_in_the_container() {
-    let Some((server, docker)) = docker_server(|_| {}).await else {
+async fn docker_previews_reach_a_web_server_in_the_container(path: ExecPath) {
+    let Some((server, docker)) = docker_server_on(path, |_| {}).await else {
         return;
     };
     let id = spawn_docker(&server, json!({})).await;
@@ -1507,5 +1566,344 @@ async fn docker_egress_allowlist_and_none() {
         );
     }
     assert_eq!(host_firewall(), before, "the host's firewall changed");
+    finish(server, &docker).await;
+}
+
+/// Each test here runs on both exec paths, as `<test>::engine` and `<test>::agent`, on the
+/// runtime flavor it names.
+macro_rules! on_both_paths {
+    ($($flavor:ident: [$($test:ident),* $(,)?]),* $(,)?) => {
+        $($(
+            mod $test {
+                on_both_paths!(@test $flavor, engine, $test, Engine);
+                on_both_paths!(@test $flavor, agent, $test, Agent);
+            }
+        )*)*
+    };
+    (@test current_thread, $name:ident, $test:ident, $path:ident) => {
+        #[tokio::test]
+        async fn $name() {
+            super::$test(super::ExecPath::$path).await;
+        }
+    };
+    (@test multi_thread, $name:ident, $test:ident, $path:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            super::$test(super::ExecPath::$path).await;
+        }
+    };
+}
+
+on_both_paths!(
+    current_thread: [
+        docker_sandbox_lifecycle_with_labels_and_limits,
+        docker_exec_forms_and_deadlines,
+        docker_interactive_tty_resize_and_stdin,
+        docker_streamed_uploads_are_bounded_and_whole,
+        docker_files_and_2_gib_up_and_down_in_flat_memory,
+        docker_files_without_a_shell_and_read_only_rootfs,
+        docker_sandboxes_survive_a_restart,
+        docker_warm_pool_hands_out_started_containers,
+    ],
+    multi_thread: [
+        docker_pause_and_resume,
+        docker_client_interactive_exec_and_cp,
+        docker_exec_jobs,
+        docker_exec_records_survive_a_restart,
+        docker_previews_reach_a_web_server_in_the_container,
+    ],
+);
+
+/// The provider's detail for docker.
+async fn docker_detail(server: &TestServer) -> Value {
+    let detail = server.get("/providers/docker").await;
+    assert_eq!(detail.status, 200, "{}", detail.body);
+    detail.body
+}
+
+/// The host's PID of a container's main process.
+async fn main_pid(docker: &Docker, id: &str) -> i64 {
+    docker
+        .inspect_container(&container(id), None)
+        .await
+        .unwrap()
+        .state
+        .and_then(|s| s.pid)
+        .unwrap()
+}
+
+/// The fast path's sandboxes (decisions §14): the provider detail and each sandbox name their
+/// exec path; each container's agent socket sits alone in a private host directory that no
+/// other container mounts; an image with neither a shell nor `sleep` runs commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_sandboxes_reach_only_their_own_agent() {
+    let Some((server, docker)) = docker_server_on(ExecPath::Agent, |_| {}).await else {
+        return;
+    };
+    let detail = docker_detail(&server).await;
+    assert_eq!(detail["config"]["exec_path"], "agent", "{detail}");
+    assert_eq!(detail["config"]["agent"], "always", "{detail}");
+    assert!(detail["config"]["agent_path"].is_string(), "{detail}");
+    let socket_root = PathBuf::from(detail["config"]["agent_socket_dir"].as_str().unwrap());
+    let a = spawn_docker(&server, json!({})).await;
+    let b = spawn_docker(&server, json!({})).await;
+    assert_eq!(
+        server.get(&format!("/sandboxes/{a}")).await.body["exec_path"],
+        "agent"
+    );
+    let mock = server.spawn(json!({"provider": "mock"})).await;
+    assert!(mock.get("exec_path").is_none(), "{mock}");
+    let mut dirs = Vec::new();
+    for id in [&a, &b] {
+        let inspect = docker
+            .inspect_container(&container(id), None)
+            .await
+            .unwrap();
+        let labels = inspect.config.unwrap().labels.unwrap();
+        assert_eq!(labels["dev.svc.exec_path"], "agent");
+        let dir = PathBuf::from(&labels["dev.svc.agent_dir"]);
+        assert!(dir.starts_with(&socket_root), "{dir:?}");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&dir).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700, "{dir:?} is private");
+        let entries: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(entries, vec!["agent.sock".to_owned()]);
+        let sources: Vec<String> = inspect
+            .mounts
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| m.source)
+            .collect();
+        assert!(sources.contains(&dir.display().to_string()), "{sources:?}");
+        dirs.push((dir, sources));
+    }
+    assert_ne!(dirs[0].0, dirs[1].0);
+    assert!(
+        !dirs[0].1.contains(&dirs[1].0.display().to_string()),
+        "a mounts only its own"
+    );
+    assert!(
+        !dirs[1].1.contains(&dirs[0].0.display().to_string()),
+        "b mounts only its own"
+    );
+    // Inside, a sandbox sees its own socket and nothing of the other's.
+    let seen = server
+        .post(
+            &format!("/sandboxes/{a}/exec"),
+            json!({"command": format!("ls -a /.svc/run; ls {} 2>&1; echo $?", dirs[1].0.display())}),
+        )
+        .await;
+    let stdout = seen.body["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with(".\n..\nagent.sock\n"), "{stdout}");
+    assert!(
+        stdout.trim_end().ends_with('1'),
+        "b's directory is not there: {stdout}"
+    );
+    // Destroying a sandbox removes its directory.
+    assert_eq!(server.delete(&format!("/sandboxes/{a}")).await.status, 200);
+    assert!(!dirs[0].0.exists(), "the socket directory is removed");
+
+    // An image of one data file, with no shell and no `sleep`: its container runs, commands run
+    // (the only program there is the agent itself) and directories list without a shell.
+    let noshell = spawn_docker(&server, json!({"image": "svc-test-noshell:latest"})).await;
+    let running = docker
+        .inspect_container(&container(&noshell), None)
+        .await
+        .unwrap();
+    assert_eq!(running.state.unwrap().running, Some(true));
+    let ran = server
+        .post(
+            &format!("/sandboxes/{noshell}/exec"),
+            json!({"command": "/.svc/svc-agent", "args": ["--version"]}),
+        )
+        .await;
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    assert!(
+        ran.body["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("(protocol 1)"),
+        "{}",
+        ran.body
+    );
+    let listed = server
+        .get(&format!("/sandboxes/{noshell}/files/list?path=/data"))
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.body[0]["name"], "readme.txt", "{}", listed.body);
+    finish(server, &docker).await;
+}
+
+/// An agent that dies is noticed at once (decisions §14): its sandbox ends `error` with
+/// `provider_failed` and event `sandbox.error`, and its container is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_dies_ends_its_sandbox_as_provider_failed() {
+    let Some((server, docker)) = docker_server_on(ExecPath::Agent, |_| {}).await else {
+        return;
+    };
+    let id = spawn_docker(&server, json!({})).await;
+    let kept = spawn_docker(&server, json!({})).await;
+    let mut events = server.events(&format!("?sandbox_id={id}"), None).await;
+    // The agent's server is the only child of the container's init.
+    let init = main_pid(&docker, &id).await;
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).unwrap();
+    let server_pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(server_pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_for("the sandbox to end", Duration::from_secs(20), || async {
+        server.get(&format!("/sandboxes/{id}")).await.body["state"] == "error"
+    })
+    .await;
+    let record = assert_ended(&server, &id, "error", "provider_failed").await;
+    assert_eq!(record["state_message"], "the sandbox's agent stopped");
+    let mut saw_error = false;
+    while let Some(event) = events.next(Duration::from_secs(2)).await {
+        if event.data["type"] == "sandbox.error" {
+            assert_event_says_why(&event, &record);
+            saw_error = true;
+            break;
+        }
+    }
+    assert!(saw_error, "sandbox.error was published");
+    wait_for(
+        "the container to be removed",
+        Duration::from_secs(10),
+        || async {
+            docker
+                .inspect_container(&container(&id), None)
+                .await
+                .is_err()
+        },
+    )
+    .await;
+    // The other sandbox is untouched.
+    let ok = server
+        .post(
+            &format!("/sandboxes/{kept}/exec"),
+            json!({"command": "echo ok"}),
+        )
+        .await;
+    assert_eq!(ok.body["stdout"], "ok\n");
+    finish(server, &docker).await;
+}
+
+/// Compiles a static stand-in for the agent from C: `--version` names `protocol`, and anything
+/// else waits forever without serving.
+fn fake_agent(dir: &Path, protocol: u32) -> PathBuf {
+    let source = dir.join(format!("fake-{protocol}.c"));
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n\
+             int main(int c, char **v) {{\n\
+               if (c > 1 && !strcmp(v[1], \"--version\")) {{ puts(\"svc-agent 0.0.0 (protocol {protocol})\"); return 0; }}\n\
+               for (;;) pause();\n}}\n"
+        ),
+    )
+    .unwrap();
+    let binary = dir.join(format!("fake-{protocol}"));
+    let built = std::process::Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("a C compiler (cc) builds the stand-in agent");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    binary
+}
+
+/// An agent of another protocol stops start-up with `always` (naming
+/// `providers.docker.agent_path`) and is passed over with the reason under `auto`; an agent
+/// that never answers fails its spawn within the spawn deadline, leaving no container and no
+/// socket directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_agents_are_refused_and_leave_nothing() {
+    let Some(docker) = engine().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let other = fake_agent(dir.path(), 99);
+    let mut config = svc_core::config::Config::default();
+    config.database.path = dir.path().join("svc.db").display().to_string();
+    config.providers.docker.agent = svc_core::config::DockerAgentMode::Always;
+    config.providers.docker.agent_path = other.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let Err(err) = svc::start(config, listener).await else {
+        panic!("started with an agent of another protocol");
+    };
+    let err = format!("{err:#}");
+    assert!(err.contains("providers.docker.agent_path"), "{err}");
+    assert!(err.contains("speaks protocol 99, svc speaks 1"), "{err}");
+    let other_path = other.clone();
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        c.providers.docker.agent_path = other_path;
+    })
+    .await;
+    let detail = docker_detail(&server).await;
+    assert_eq!(detail["config"]["exec_path"], "engine", "{detail}");
+    assert!(
+        detail["config"]["exec_path_reason"]
+            .as_str()
+            .unwrap()
+            .contains("speaks protocol 99"),
+        "{detail}"
+    );
+    let id = spawn_docker(&server, json!({})).await;
+    assert_eq!(
+        server.get(&format!("/sandboxes/{id}")).await.body["exec_path"],
+        "engine"
+    );
+    finish(server, &docker).await;
+
+    let silent = fake_agent(dir.path(), 1);
+    let sockets = dir.path().join("sockets");
+    let socket_dir = sockets.clone();
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        c.providers.docker.agent = svc_core::config::DockerAgentMode::Always;
+        c.providers.docker.agent_path = silent;
+        c.providers.docker.agent_socket_dir = socket_dir;
+        c.defaults.spawn_timeout = svc_core::GoDuration::from_secs(2);
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let refused = server
+        .post("/sandboxes", json!({"provider": "docker", "image": IMAGE}))
+        .await;
+    assert!(refused.status.is_server_error(), "{}", refused.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let listed = server.get("/sandboxes?state=all").await;
+    let record = &listed.body.as_array().unwrap()[0];
+    assert_eq!(record["state"], "error", "{record}");
+    assert_eq!(record["state_reason"], "spawn_failed", "{record}");
+    let id = record["id"].as_str().unwrap().to_owned();
+    wait_for(
+        "the container and its directory to go",
+        Duration::from_secs(20),
+        || async {
+            docker
+                .inspect_container(&container(&id), None)
+                .await
+                .is_err()
+                && std::fs::read_dir(&sockets).map_or(true, |mut d| d.next().is_none())
+        },
+    )
+    .await;
     finish(server, &docker).await;
 }
