@@ -330,6 +330,18 @@ pub enum Op {
         /// The pattern (`*`, `?`, `[..]`, `**`).
         pattern: String,
     },
+    /// Streams directory `path` as a tar archive, names relative to it (`./`, then `a`, `sub`, `sub/b`, ...),
+    /// symlinks stored as links: [`Reply::Archive`], `FileData` frames, `End`.
+    ReadArchive {
+        /// The directory.
+        path: String,
+    },
+    /// Extracts the tar archive in the `Data` frames that follow, up to `End`, into directory
+    /// `path` (created when missing); an entry that would leave it is skipped: [`Reply::Done`].
+    WriteArchive {
+        /// The directory.
+        path: String,
+    },
     /// Opens a TCP connection to `port` on the guest's loopback (previews): [`Reply::Done`],
     /// after which the connection carries that TCP stream's bytes both ways, unframed, until
     /// either side closes. Nothing listening there is [`ErrorKind::NotFound`].
@@ -428,6 +440,8 @@ pub enum Reply {
         /// Its size when opened.
         size: u64,
     },
+    /// A directory archive begins; `FileData` frames and `End` follow.
+    Archive,
     /// The operation succeeded.
     Done,
     /// One path's description.

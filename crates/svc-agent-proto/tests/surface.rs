@@ -50,6 +50,12 @@ fn surface() -> String {
             signal: 15,
         },
         Op::Logs { lines: 100 },
+        Op::ReadArchive {
+            path: "/work".into(),
+        },
+        Op::WriteArchive {
+            path: "/work".into(),
+        },
         Op::ReadFile {
             path: "/work/a.txt".into(),
         },
@@ -113,6 +119,7 @@ fn surface() -> String {
             running: false,
             code: Some(3),
         },
+        Reply::Archive,
         Reply::Lines {
             lines: vec!["exec 1: id".into()],
         },

@@ -20,13 +20,13 @@ use crate::serve::{fail, send, Frames, Replies};
 const READ_CHUNK: usize = 64 * 1024;
 
 /// A failure as the host is told it.
-struct Failure {
+pub(crate) struct Failure {
     kind: ErrorKind,
     message: String,
 }
 
 impl Failure {
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Failure {
             kind: ErrorKind::Invalid,
             message: message.into(),
@@ -34,7 +34,7 @@ impl Failure {
     }
 
     /// An I/O error on `path`, classified as the providers classify theirs.
-    fn io(path: &SandboxPath, err: &std::io::Error) -> Self {
+    pub(crate) fn io(path: &SandboxPath, err: &std::io::Error) -> Self {
         let (kind, message) = match err.kind() {
             IoKind::NotFound => (
                 ErrorKind::NotFound,
@@ -53,7 +53,7 @@ impl Failure {
         Failure { kind, message }
     }
 
-    fn reply(self) -> Reply {
+    pub(crate) fn reply(self) -> Reply {
         Reply::Error {
             kind: self.kind,
             message: self.message,
@@ -61,7 +61,7 @@ impl Failure {
     }
 }
 
-fn parse(path: &str) -> Result<SandboxPath, Failure> {
+pub(crate) fn parse(path: &str) -> Result<SandboxPath, Failure> {
     SandboxPath::parse(path).map_err(|e| Failure::invalid(e.to_string()))
 }
 
@@ -73,7 +73,7 @@ fn non_root(path: &str) -> Result<SandboxPath, Failure> {
     Ok(path)
 }
 
-fn host(path: &SandboxPath) -> &Path {
+pub(crate) fn host(path: &SandboxPath) -> &Path {
     Path::new(path.as_str())
 }
 

@@ -4,6 +4,7 @@
 //! serves the same protocol on a Unix socket (tests), and `--container PATH` makes it a Docker
 //! container's init serving on the Unix socket at PATH (`container.rs`).
 
+mod archive;
 mod container;
 mod exec;
 mod files;

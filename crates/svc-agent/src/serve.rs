@@ -174,6 +174,11 @@ where
             send(&mut replies, &Reply::Lines { lines }).await;
         }
         Op::ReadFile { path } => crate::files::read(&mut replies, &path).await,
+        Op::ReadArchive { path } => crate::archive::read(&mut replies, &path).await,
+        Op::WriteArchive { path } => {
+            let reply = crate::archive::write(&mut frames, &path).await;
+            send(&mut replies, &reply).await;
+        }
         Op::WriteFile { path, mode } => {
             crate::files::write(&mut replies, &mut frames, &path, mode).await;
         }

@@ -730,3 +730,90 @@ async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
     let session = agent.client().exec(spec(&["true"])).await.unwrap();
     assert_eq!(session.control.handle(), None);
 }
+
+#[tokio::test]
+async fn directories_travel_as_tar_archives_both_ways() {
+    let agent = Agent::start().await;
+    let client = agent.client();
+    let binary: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    client
+        .write_file(
+            &agent.non_root("src/sub/big.bin"),
+            0o640,
+            content(vec![Bytes::from(binary.clone())]),
+        )
+        .await
+        .unwrap();
+    client
+        .write_file(
+            &agent.non_root("src/a.txt"),
+            0o755,
+            content(vec![Bytes::from("alpha")]),
+        )
+        .await
+        .unwrap();
+    std::os::unix::fs::symlink("a.txt", agent.dir.path().join("src/link")).unwrap();
+    let archive = read_all_archive(&client, &agent.path("src")).await;
+    let mut names: Vec<String> = tar::Archive::new(archive.as_slice())
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["./", "a.txt", "link", "sub", "sub/big.bin"]);
+    let upload: svc_provider::ByteStream = Box::pin(futures::stream::iter(
+        archive
+            .chunks(10_000)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect::<Vec<_>>(),
+    ));
+    client
+        .write_archive(&agent.path("copy"), upload)
+        .await
+        .unwrap();
+    let copy = agent.dir.path().join("copy");
+    assert_eq!(std::fs::read(copy.join("sub/big.bin")).unwrap(), binary);
+    assert_eq!(
+        std::fs::read_link(copy.join("link")).unwrap(),
+        Path::new("a.txt")
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(copy.join("a.txt")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o755);
+    // A file is not a directory; an entry leaving the directory is refused.
+    let err = client
+        .read_archive(&agent.path("src/a.txt"))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, ProviderError::InvalidRequest { .. }),
+        "{err:?}"
+    );
+    // The builder refuses `..` itself: the name goes into the header by hand.
+    let mut evil = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_old();
+    header.as_old_mut().name[..10].copy_from_slice(b"../escaped");
+    header.set_size(4);
+    header.set_mode(0o644);
+    header.set_cksum();
+    evil.append(&header, &b"evil"[..]).unwrap();
+    let evil = evil.into_inner().unwrap();
+    let upload: svc_provider::ByteStream =
+        Box::pin(futures::stream::iter(vec![Ok(Bytes::from(evil))]));
+    let _ = client.write_archive(&agent.path("copy2"), upload).await;
+    assert!(
+        !agent.dir.path().join("escaped").exists(),
+        "nothing lands outside"
+    );
+}
+
+async fn read_all_archive(client: &AgentClient, dir: &SandboxPath) -> Vec<u8> {
+    let mut stream = client.read_archive(dir).await.unwrap();
+    let mut all = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        all.extend_from_slice(&chunk.unwrap());
+    }
+    all
+}

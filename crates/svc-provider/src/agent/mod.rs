@@ -283,12 +283,35 @@ impl AgentClient {
         &self,
         path: &NonRootPath,
         mode: u32,
-        mut content: ByteStream,
+        content: ByteStream,
     ) -> Result<(), ProviderError> {
         let op = Op::WriteFile {
             path: path.to_string(),
             mode,
         };
+        self.upload(op, content, path).await
+    }
+
+    /// Extracts a tar archive into directory `dir` (created when missing), streaming it; the
+    /// agent skips entries that would leave `dir` (the checked stream fails before them).
+    pub async fn write_archive(
+        &self,
+        dir: &SandboxPath,
+        archive: ByteStream,
+    ) -> Result<(), ProviderError> {
+        let op = Op::WriteArchive {
+            path: dir.to_string(),
+        };
+        self.upload(op, archive, dir).await
+    }
+
+    /// Sends `op` and `content` in `Data` frames up to `End`; the agent answers `Done`.
+    async fn upload(
+        &self,
+        op: Op,
+        mut content: ByteStream,
+        path: &SandboxPath,
+    ) -> Result<(), ProviderError> {
         let mut connection = self.open(op).await?;
         while let Some(chunk) = content.next().await {
             let mut chunk = chunk?;
@@ -319,9 +342,23 @@ impl AgentClient {
         let op = Op::ReadFile {
             path: path.to_string(),
         };
+        self.download(op, path).await
+    }
+
+    /// Streams directory `dir` as a tar archive (names `./`, then `a`, `sub`, `sub/b`, ...; symlinks stored).
+    pub async fn read_archive(&self, dir: &SandboxPath) -> Result<ByteStream, ProviderError> {
+        let op = Op::ReadArchive {
+            path: dir.to_string(),
+        };
+        self.download(op, dir).await
+    }
+
+    /// Sends `op`, whose answer is `File` or `Archive` and then `FileData` frames up to `End`,
+    /// and streams those bytes.
+    async fn download(&self, op: Op, path: &SandboxPath) -> Result<ByteStream, ProviderError> {
         let mut connection = self.open(op).await?;
         match Self::reply(&mut connection).await? {
-            Reply::File { .. } => {}
+            Reply::File { .. } | Reply::Archive => {}
             Reply::Error { kind, message } => return Err(agent_error(kind, message, Some(path))),
             other => return Err(unexpected(&other)),
         }

@@ -971,6 +971,9 @@ impl Provider for DockerProvider {
         id: &SandboxId,
         dir: &SandboxPath,
     ) -> Result<ByteStream, ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.read_archive(dir).await;
+        }
         self.require_container(id).await?;
         files::read_archive(&self.client().await?, &container_name(id), dir).await
     }
@@ -981,6 +984,9 @@ impl Provider for DockerProvider {
         dir: &SandboxPath,
         archive: ByteStream,
     ) -> Result<(), ProviderError> {
+        if let Some(client) = self.agent_client(id).await? {
+            return client.write_archive(dir, archive).await;
+        }
         self.require_container(id).await?;
         files::write_archive(&self.client().await?, &container_name(id), dir, archive).await
     }

@@ -78,23 +78,30 @@ async fn docker_server_on(
     adjust: impl FnOnce(&mut Config),
 ) -> Option<(TestServer, Docker)> {
     let docker = engine().await?;
-    let agent = match path {
-        ExecPath::Agent => Some(static_agent()?),
-        ExecPath::Engine => None,
-    };
+    let choose = exec_path_setting(path)?;
     let server = TestServer::start_with(|c| {
         c.providers.docker.enabled = true;
-        match agent {
-            Some(agent) => {
-                c.providers.docker.agent = svc_core::config::DockerAgentMode::Always;
-                c.providers.docker.agent_path = agent;
-            }
-            None => c.providers.docker.agent = svc_core::config::DockerAgentMode::Never,
-        }
+        choose(c);
         adjust(c);
     })
     .await;
     Some((server, docker))
+}
+
+/// What makes a server's docker sandboxes take `path`; `None` (a loud skip) when the agent
+/// path is asked for and no static agent was built.
+pub(crate) fn exec_path_setting(path: ExecPath) -> Option<impl FnOnce(&mut Config)> {
+    let agent = match path {
+        ExecPath::Agent => Some(static_agent()?),
+        ExecPath::Engine => None,
+    };
+    Some(move |c: &mut Config| match agent {
+        Some(agent) => {
+            c.providers.docker.agent = svc_core::config::DockerAgentMode::Always;
+            c.providers.docker.agent_path = agent;
+        }
+        None => c.providers.docker.agent = svc_core::config::DockerAgentMode::Never,
+    })
 }
 
 async fn spawn_docker(server: &TestServer, extra: Value) -> String {

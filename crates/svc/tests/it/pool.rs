@@ -360,11 +360,24 @@ async fn pool_containers(docker: &bollard::Docker, server: &TestServer) -> usize
 
 #[tokio::test]
 async fn users_share_a_container_but_not_their_files_on_docker() {
+    users_share_a_container_but_not_their_files_on(crate::docker::ExecPath::Engine).await;
+}
+
+#[tokio::test]
+async fn users_share_a_container_but_not_their_files_on_docker_agents() {
+    users_share_a_container_but_not_their_files_on(crate::docker::ExecPath::Agent).await;
+}
+
+async fn users_share_a_container_but_not_their_files_on(path: crate::docker::ExecPath) {
     let Some(docker) = crate::docker::engine().await else {
+        return;
+    };
+    let Some(exec_path) = crate::docker::exec_path_setting(path) else {
         return;
     };
     let server = TestServer::start_with(|c| {
         c.providers.docker.enabled = true;
+        exec_path(c);
         c.pool.provider = "docker".into();
         c.pool.image = crate::docker::IMAGE.into();
         c.worker.id = format!("pool-{}", svc_core::SandboxId::generate());
