@@ -39,8 +39,10 @@ pub(crate) async fn run(
 
 impl ControlPlane {
     async fn runtime_failed(&self, provider: &dyn Provider, failure: RuntimeFailure) {
-        self.providers()
-            .mark_unhealthy(provider.name(), failure.message.clone());
+        if failure.provider_wide {
+            self.providers()
+                .mark_unhealthy(provider.name(), failure.message.clone());
+        }
         let record = match self.store().get_sandbox(&failure.sandbox_id).await {
             Ok(Some(record)) => record,
             Ok(None) => return,

@@ -94,6 +94,9 @@ pub struct RuntimeFailure {
     pub sandbox_id: SandboxId,
     /// What happened, for `state_message` and events.
     pub message: String,
+    /// Whether it may speak for the provider as a whole (a VMM that crashed), which then counts
+    /// as unhealthy until its next check; one container's agent dying does not.
+    pub provider_wide: bool,
 }
 
 /// Whether a sandbox's runtime exists and runs.

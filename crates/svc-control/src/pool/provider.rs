@@ -230,6 +230,7 @@ impl Provider for Pool {
                             "its pool VM {} ended: {}",
                             failure.sandbox_id, failure.message
                         ),
+                        provider_wide: failure.provider_wide,
                     });
                 }
             }

@@ -330,6 +330,7 @@ async fn report(
     let _ = failures.send(RuntimeFailure {
         sandbox_id: id,
         message: "the sandbox's agent stopped".to_owned(),
+        provider_wide: false,
     });
 }
 
@@ -509,6 +510,51 @@ pub(super) fn numeric_owner(user: &str) -> Result<Option<(u32, u32)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_exec_path_follows_the_mode_and_the_engine() {
+        let mut config = DockerProviderConfig {
+            agent: DockerAgentMode::Never,
+            ..DockerProviderConfig::default()
+        };
+        let chosen = choose(&config, "unix:///var/run/docker.sock")
+            .await
+            .unwrap();
+        assert!(
+            matches!(&chosen, ExecPath::Engine { reason } if reason.contains("never")),
+            "{chosen:?}"
+        );
+        config.agent = DockerAgentMode::Auto;
+        let chosen = choose(&config, "tcp://10.0.0.2:2375").await.unwrap();
+        assert!(
+            matches!(&chosen, ExecPath::Engine { reason } if reason.contains("not on this host")),
+            "{chosen:?}"
+        );
+        config.runtime = "runsc".to_owned();
+        let chosen = choose(&config, "unix:///var/run/docker.sock")
+            .await
+            .unwrap();
+        assert!(
+            matches!(&chosen, ExecPath::Engine { reason } if reason.contains("runsc")),
+            "{chosen:?}"
+        );
+        config.runtime = "runc".to_owned();
+        config.agent_path = "/nonexistent/svc-agent".into();
+        let chosen = choose(&config, "unix:///var/run/docker.sock")
+            .await
+            .unwrap();
+        assert!(
+            matches!(&chosen, ExecPath::Engine { reason } if reason.contains("/nonexistent/svc-agent")),
+            "{chosen:?}"
+        );
+        config.agent = DockerAgentMode::Always;
+        let err = choose(&config, "unix:///var/run/docker.sock")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("providers.docker.agent_path"), "{err}");
+        assert!(err.contains("/nonexistent/svc-agent"), "{err}");
+    }
 
     #[test]
     fn users_are_numeric_or_refused() {

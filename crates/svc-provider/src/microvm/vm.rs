@@ -213,7 +213,11 @@ async fn supervise(
                 console_tail(&dir)
             );
             tracing::warn!(sandbox_id = %watch.sandbox_id, %message, "a microVM ended on its own");
-            let _ = watch.failures.send(RuntimeFailure { sandbox_id: watch.sandbox_id, message });
+            let _ = watch.failures.send(RuntimeFailure {
+                sandbox_id: watch.sandbox_id,
+                message,
+                provider_wide: true,
+            });
         }
         asked = stop => {
             if asked.is_ok() {

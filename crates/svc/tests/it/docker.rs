@@ -1790,6 +1790,8 @@ async fn an_agent_that_dies_ends_its_sandbox_as_provider_failed() {
         },
     )
     .await;
+    // One agent's going says nothing about the engine: docker stays healthy.
+    assert_eq!(docker_detail(&server).await["healthy"], true);
     // The other sandbox is untouched.
     let ok = server
         .post(
