@@ -62,3 +62,14 @@ replicas_stop() {
         rm -rf "${works[$i]}"
     done
 }
+
+# bench_agent: the static agent for the Docker fast path ($SVC_BENCH_AGENT, else the one
+# scripts/microvm-assets.sh builds), or stop naming what is missing.
+bench_agent() {
+    local agent="${SVC_BENCH_AGENT:-${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}/svc-agent}"
+    if [ ! -x "$agent" ]; then
+        echo "no static agent at $agent: run scripts/microvm-assets.sh or set SVC_BENCH_AGENT" >&2
+        exit 1
+    fi
+    echo "$agent"
+}

@@ -2,7 +2,9 @@
 # Streamed transfer benchmark (issue 16): a file of SIZE MiB uploaded with `PUT /files` and
 # downloaded with `GET /files` through svc, side by side with the direct path for the same
 # bytes (mock: copying the host file into and out of the sandbox directory; docker: `docker cp`
-# in and out), run by run, and svc's resident memory sampled every 50 ms during each transfer.
+# in and out), run by run. Providers: `mock`, `docker` (the engine's archive API) and
+# `docker-agent` (the Docker fast path: the static agent at $SVC_BENCH_AGENT, default the one
+# scripts/microvm-assets.sh builds), and svc's resident memory sampled every 50 ms during each transfer.
 # Prints MB/s per run and the medians; targets: svc at least 50% of the direct throughput, and
 # RSS growth under 64 MiB. Needs curl, and for docker Docker with the local busybox test image.
 # Usage: bench/transfer.sh [RUNS] [SIZE_MIB] [PROVIDERS]
@@ -43,10 +45,17 @@ for provider in $providers; do
         work="$(mktemp -d -p "$scratch")"
         settings=()
         body='{}'
-        if [ "$provider" = docker ]; then
-            settings=(SVC_PROVIDERS__DOCKER__ENABLED=true)
-            body="{\"provider\": \"docker\", \"image\": \"$image\"}"
-        fi
+        case "$provider" in
+            docker)
+                settings=(SVC_PROVIDERS__DOCKER__ENABLED=true SVC_PROVIDERS__DOCKER__AGENT=never)
+                body="{\"provider\": \"docker\", \"image\": \"$image\"}"
+                ;;
+            docker-agent)
+                settings=(SVC_PROVIDERS__DOCKER__ENABLED=true SVC_PROVIDERS__DOCKER__AGENT=always
+                    "SVC_PROVIDERS__DOCKER__AGENT_PATH=$(bench_agent)")
+                body="{\"provider\": \"docker\", \"image\": \"$image\"}"
+                ;;
+        esac
         svc_start "$PWD/target/release/svc" "$work" "${settings[@]}"
         id="$(curl -sf -X POST "$api/sandboxes" -H 'content-type: application/json' -d "$body" | sed 's/.*"id":"\([^"]*\)".*/\1/')"
         base_rss="$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status")"

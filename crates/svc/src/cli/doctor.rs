@@ -220,6 +220,20 @@ async fn check_providers(config: &Config, report: &mut Report) -> Vec<PathBuf> {
                 report.line(Level::Ok, &format!("{} {key}", provider.name()), value);
             }
         }
+        // Docker's fast path: which path new sandboxes take, and why not the agent's.
+        match (text("exec_path").as_deref(), text("exec_path_reason")) {
+            (Some("agent"), _) => report.line(
+                Level::Ok,
+                &format!("{} exec_path", provider.name()),
+                format!("agent ({})", text("agent_path").unwrap_or_default()),
+            ),
+            (Some(path), Some(reason)) => report.line(
+                Level::Warn,
+                &format!("{} exec_path", provider.name()),
+                format!("{path}: {reason}"),
+            ),
+            _ => {}
+        }
         if let Some(kvm) = text("kvm") {
             let level = match (kvm.as_str(), provider.name()) {
                 ("real", _) => Level::Ok,

@@ -624,6 +624,16 @@ async fn doctor_reports_each_check_and_fails_on_any_failure() {
             vec!["fail provider qemu: ", "providers.qemu.kernel_path", "no-vmlinux"],
         ),
         (
+            "a docker fast path whose agent is missing",
+            base.replace(
+                "    enabled: false\n",
+                "    enabled: true\n    agent: always\n    agent_path: /nonexistent/svc-agent\n",
+            ),
+            &[],
+            1,
+            vec!["fail providers: ", "providers.docker.agent_path", "/nonexistent/svc-agent"],
+        ),
+        (
             "an unreachable PostgreSQL",
             format!(
                 "{}database:\n  driver: postgres\n  dsn: postgres://svc:hunter2-secret@127.0.0.1:1/svc\n",
