@@ -13,11 +13,14 @@ use futures::{SinkExt, StreamExt};
 use svc_agent_proto::{ErrorKind, FileEntry, Frame, FrameKind, Op, Reply};
 use svc_core::glob::SandboxGlob;
 use svc_core::path::SandboxPath;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::serve::{fail, send, Frames, Replies};
 
-const READ_CHUNK: usize = 64 * 1024;
+/// What one frame of a read carries: the most a frame may.
+const READ_CHUNK: usize = svc_agent_proto::MAX_CHUNK;
+/// Chunks in flight between a file's blocking reader and the connection.
+const DEPTH: usize = 4;
 
 /// A failure as the host is told it.
 pub(crate) struct Failure {
@@ -98,49 +101,87 @@ fn entry(path: &SandboxPath, metadata: &std::fs::Metadata) -> FileEntry {
     }
 }
 
-/// `read_file`: `File`, the content in `FileData` frames, `End`.
+/// `read_file`: `File`, the content in `FileData` frames, `End`. One blocking task reads the
+/// whole file (tokio's file reads would hop to the blocking pool, and copy, once per chunk).
 pub(crate) async fn read(replies: &mut Replies, path: &str) {
     let path = match parse(path) {
         Ok(path) => path,
         Err(failure) => return fail(replies, failure.kind, failure.message).await,
     };
-    let opened = async {
-        let file = tokio::fs::File::open(host(&path))
-            .await
-            .map_err(|e| Failure::io(&path, &e))?;
-        let metadata = file.metadata().await.map_err(|e| Failure::io(&path, &e))?;
-        if metadata.is_dir() {
-            return Err(Failure::invalid(format!("{path}: is a directory")));
-        }
-        Ok((file, metadata.len()))
+    let opened = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(host(&path)).map_err(|e| Failure::io(&path, &e))?;
+            let metadata = file.metadata().map_err(|e| Failure::io(&path, &e))?;
+            if metadata.is_dir() {
+                return Err(Failure::invalid(format!("{path}: is a directory")));
+            }
+            Ok((file, metadata.len()))
+        })
+        .await
     };
-    let (mut file, size) = match opened.await {
-        Ok(opened) => opened,
-        Err(failure) => return fail(replies, failure.kind, failure.message).await,
+    let (file, size) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(failure)) => return fail(replies, failure.kind, failure.message).await,
+        Err(err) => return fail(replies, ErrorKind::Failed, err.to_string()).await,
     };
     if !send(replies, &Reply::File { size }).await {
         return;
     }
-    let mut buffer = vec![0u8; READ_CHUNK];
-    loop {
-        match file.read(&mut buffer).await {
-            Ok(0) => break,
-            Ok(n) => {
-                let frame = Frame::bytes(
-                    FrameKind::FileData,
-                    bytes::Bytes::copy_from_slice(&buffer[..n]),
-                );
-                if replies.send(frame).await.is_err() {
-                    return;
-                }
-            }
-            Err(err) => {
-                let failure = Failure::io(&path, &err);
-                return fail(replies, failure.kind, failure.message).await;
-            }
+    let (chunks, mut received) = tokio::sync::mpsc::channel(DEPTH);
+    let reading = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || read_chunks(file, &path, &chunks))
+    };
+    while let Some(chunk) = received.recv().await {
+        if replies
+            .send(Frame::bytes(FrameKind::FileData, chunk))
+            .await
+            .is_err()
+        {
+            // The host left; the reader stops at its next chunk.
+            return;
         }
     }
-    let _ = replies.send(Frame::end()).await;
+    match reading.await {
+        Ok(Ok(())) => {
+            let _ = replies.send(Frame::end()).await;
+        }
+        Ok(Err(failure)) => fail(replies, failure.kind, failure.message).await,
+        Err(err) => fail(replies, ErrorKind::Failed, err.to_string()).await,
+    }
+}
+
+/// Reads `file` to its end in chunks of [`READ_CHUNK`], each handed to `chunks`.
+fn read_chunks(
+    mut file: std::fs::File,
+    path: &SandboxPath,
+    chunks: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+) -> Result<(), Failure> {
+    use std::io::Read;
+    loop {
+        let mut buffer = bytes::BytesMut::zeroed(READ_CHUNK);
+        let mut filled = 0;
+        // Fill the chunk: short reads would make short frames.
+        while filled < READ_CHUNK {
+            match file.read(&mut buffer[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(err) if err.kind() == IoKind::Interrupted => {}
+                Err(err) => return Err(Failure::io(path, &err)),
+            }
+        }
+        if filled == 0 {
+            return Ok(());
+        }
+        buffer.truncate(filled);
+        if chunks.blocking_send(buffer.freeze()).is_err() {
+            return Ok(());
+        }
+        if filled < READ_CHUNK {
+            return Ok(());
+        }
+    }
 }
 
 /// A temporary name beside `target` for an upload in progress.
