@@ -1005,7 +1005,11 @@ async fn docker_pause_and_resume(path: ExecPath) {
             json!({"command": "echo alive"}),
         )
         .await;
-    assert_eq!(exec.body["stdout"], "alive\n");
+    assert_eq!(
+        exec.body["stdout"], "alive\n",
+        "{}: {}",
+        exec.status, exec.body
+    );
     finish(server, &docker).await;
 }
 
