@@ -17,7 +17,7 @@ use svc_core::config::{DockerAgentMode, DockerProviderConfig};
 use svc_core::SandboxId;
 use tokio::sync::mpsc;
 
-use crate::agent::{AgentClient, UnixConnector};
+use crate::agent::AgentClient;
 use crate::{ProviderError, RuntimeFailure};
 
 /// Label: `agent` or `engine`, how the container's commands and files are reached.
@@ -187,33 +187,112 @@ fn static_executable(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Connects to a container's agent socket and checks that the peer is that container's agent:
+/// a child of the container's init, by its host PID. The socket's directory belongs to the
+/// container, which could put a symlink there to any socket on the host (another sandbox's
+/// agent, the engine's); the host follows it when it connects, so where it arrived is checked.
+pub(super) struct ContainerConnector {
+    path: PathBuf,
+    /// The host PID of the container's init, once it runs.
+    init: std::sync::OnceLock<i32>,
+    /// The peer last found to be the agent (0: none yet), so each connection after the first
+    /// costs one comparison.
+    verified: std::sync::atomic::AtomicI32,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::Connector for ContainerConnector {
+    async fn connect(&self) -> Result<crate::agent::AgentStream, ProviderError> {
+        use std::sync::atomic::Ordering;
+        let stream = tokio::net::UnixStream::connect(&self.path)
+            .await
+            .map_err(|e| ProviderError::Unavailable {
+                message: format!("the sandbox's agent is unreachable: {e}"),
+            })?;
+        let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
+        let Some(peer) = peer.filter(|pid| *pid > 0) else {
+            return Err(ProviderError::failed(
+                "the sandbox's agent socket has no peer process",
+            ));
+        };
+        if self.verified.load(Ordering::Relaxed) != peer {
+            let init =
+                self.init.get().copied().ok_or_else(|| {
+                    ProviderError::failed("the sandbox's container has not started")
+                })?;
+            if parent_of(peer) != Some(init) {
+                tracing::warn!(socket = %self.path.display(), peer, init, "a sandbox's agent socket leads to a process outside its container; refused");
+                return Err(ProviderError::failed(
+                    "the sandbox's agent socket does not lead to its agent",
+                ));
+            }
+            self.verified.store(peer, Ordering::Relaxed);
+        }
+        Ok(Box::new(stream))
+    }
+}
+
+/// The parent PID of host process `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// How svc reaches one container's commands and files.
 #[derive(Clone)]
 pub(super) enum Route {
     /// Its agent, and the host directory of its socket.
-    Agent { client: AgentClient, dir: PathBuf },
+    Agent {
+        client: AgentClient,
+        dir: PathBuf,
+        connector: Arc<ContainerConnector>,
+    },
     /// The engine's exec and archive APIs.
     Engine,
 }
 
 impl Route {
-    /// The route a container's labels describe.
-    pub(super) fn from_labels(labels: &HashMap<String, String>) -> Route {
+    /// The route a container's labels describe; `init` is the host PID of its main process
+    /// (0 or absent when it is not running).
+    pub(super) fn from_labels(labels: &HashMap<String, String>, init: Option<i64>) -> Route {
         match (
             labels.get(LABEL_EXEC_PATH).map(String::as_str),
             labels.get(LABEL_AGENT_DIR),
         ) {
-            (Some("agent"), Some(dir)) => Route::from_dir(PathBuf::from(dir)),
+            (Some("agent"), Some(dir)) => {
+                let route = Route::from_dir(PathBuf::from(dir));
+                if let Some(init) = init {
+                    route.started(init);
+                }
+                route
+            }
             _ => Route::Engine,
         }
     }
 
-    /// The agent whose socket is in `dir`.
+    /// The agent whose socket is in `dir`, in a container not started yet.
     pub(super) fn from_dir(dir: PathBuf) -> Route {
-        let connector = UnixConnector::new(dir.join(SOCKET_NAME));
+        let path = dir.join(SOCKET_NAME);
+        let connector = Arc::new(ContainerConnector {
+            path,
+            init: std::sync::OnceLock::new(),
+            verified: std::sync::atomic::AtomicI32::new(0),
+        });
         Route::Agent {
-            client: AgentClient::new(Arc::new(connector)).detached(),
+            client: AgentClient::new(connector.clone()).detached(),
             dir,
+            connector,
+        }
+    }
+
+    /// The container runs, its init (the agent's supervisor) at host PID `init`.
+    pub(super) fn started(&self, init: i64) {
+        if let (Route::Agent { connector, .. }, Ok(init)) = (self, i32::try_from(init)) {
+            if init > 0 {
+                let _ = connector.init.set(init);
+            }
         }
     }
 

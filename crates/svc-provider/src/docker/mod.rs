@@ -606,6 +606,13 @@ impl DockerProvider {
             return Err(engine_error("starting the container", &err));
         }
         if let agent::Route::Agent { client, .. } = &route {
+            let init = docker
+                .inspect_container(name, None)
+                .await
+                .map_err(|e| engine_error("inspecting the container", &e))?
+                .state
+                .and_then(|s| s.pid);
+            route.started(init.unwrap_or_default());
             agent::wait_ready(&docker, name, client, self.agent_deadline).await?;
         }
         self.routes.insert(&docker, name, &spec.id, route);
@@ -1100,6 +1107,7 @@ impl DockerProvider {
         {
             Ok(inspect) => Ok(Some(agent::Route::from_labels(
                 &inspect.config.and_then(|c| c.labels).unwrap_or_default(),
+                inspect.state.and_then(|s| s.pid),
             ))),
             Err(err) if status_of(&err) == Some(404) => Ok(None),
             Err(err) => Err(engine_error("inspecting the container", &err)),
@@ -1133,7 +1141,7 @@ impl DockerProvider {
             let Some(labels) = &container.labels else {
                 continue;
             };
-            let route = agent::Route::from_labels(labels);
+            let route = agent::Route::from_labels(labels, None);
             let agent::Route::Agent { dir, .. } = &route else {
                 continue;
             };
@@ -1148,7 +1156,10 @@ impl DockerProvider {
             };
             let name = container_name(&id);
             if running && !self.routes.knows(&name) {
-                self.routes.insert(docker, &name, &id, route);
+                // Its agent is checked against its init's PID, which the listing lacks.
+                if let Ok(Some(route)) = self.route_from_engine(&id).await {
+                    self.routes.insert(docker, &name, &id, route);
+                }
             }
         }
         let mut roots = vec![self.config.agent_socket_root()];

@@ -1714,6 +1714,50 @@ async fn agent_sandboxes_reach_only_their_own_agent() {
         stdout.trim_end().ends_with('1'),
         "b's directory is not there: {stdout}"
     );
+    // A sandbox that swaps its socket for a link to another's reaches nothing: svc follows
+    // the link on the host, and checks that the process it reached is this container's agent.
+    let b_socket = dirs[1].0.join("agent.sock");
+    let swapped = server
+        .post(
+            &format!("/sandboxes/{a}/exec"),
+            json!({"command": format!(
+                "rm /.svc/run/agent.sock && ln -s {} /.svc/run/agent.sock && echo swapped",
+                b_socket.display()
+            )}),
+        )
+        .await;
+    assert_eq!(swapped.body["stdout"], "swapped\n", "{}", swapped.body);
+    let refused = server
+        .post(
+            &format!("/sandboxes/{a}/exec"),
+            json!({"command": "touch /tmp/reached-from-a"}),
+        )
+        .await;
+    assert!(
+        refused.status.is_server_error(),
+        "{}: {}",
+        refused.status,
+        refused.body
+    );
+    assert!(
+        refused.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not lead to its agent"),
+        "{}",
+        refused.body
+    );
+    let in_b = server
+        .post(
+            &format!("/sandboxes/{b}/exec"),
+            json!({"command": "ls /tmp/reached-from-a 2>&1; echo $?"}),
+        )
+        .await;
+    assert!(
+        in_b.body["stdout"].as_str().unwrap().ends_with("1\n"),
+        "{}",
+        in_b.body
+    );
     // Destroying a sandbox removes its directory.
     assert_eq!(server.delete(&format!("/sandboxes/{a}")).await.status, 200);
     assert!(!dirs[0].0.exists(), "the socket directory is removed");
