@@ -53,8 +53,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // File operations run on blocking threads, which count against a container's `pids_limit`
+    // (256 by default) like the sandbox's own processes: a few are enough.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(16)
         .build()
     {
         Ok(runtime) => runtime,

@@ -242,6 +242,14 @@ impl Provider for Pool {
         false
     }
 
+    /// A workspace's commands take its VM's path.
+    async fn exec_path(&self, id: &SandboxId) -> Option<String> {
+        match self.logical(id).await.ok()? {
+            Some(place) => self.inner.exec_path(&place.vm).await,
+            None => self.inner.exec_path(id).await,
+        }
+    }
+
     async fn spawn(&self, spec: &SpawnSpec) -> Result<RuntimeInfo, ProviderError> {
         self.ensure_loaded().await?;
         if let Err(err) = self.seat(spec).await {

@@ -394,6 +394,11 @@ async fn users_share_a_container_but_not_their_files_on(path: crate::docker::Exe
         .await
         .body;
     assert_eq!(sandbox["provider"], "docker");
+    let expected_path = match path {
+        crate::docker::ExecPath::Engine => "engine",
+        crate::docker::ExecPath::Agent => "agent",
+    };
+    assert_eq!(sandbox["exec_path"], expected_path, "{sandbox}");
     assert_eq!(sandbox["image"], crate::docker::IMAGE);
     users
         .call(
