@@ -376,7 +376,9 @@ impl Routes {
 }
 
 /// Waits for the agent's connection to end without a request on it (the agent waits for the
-/// first frame for as long as it lives, and a paused agent keeps it open), then reports it.
+/// first frame for as long as it lives, and a paused agent keeps it open), then reports it once
+/// the agent answers nothing at all: a connection that failed for another reason (a full
+/// backlog under a burst of connections) is only opened again.
 async fn watch(
     client: AgentClient,
     docker: Docker,
@@ -384,12 +386,28 @@ async fn watch(
     id: SandboxId,
     failures: mpsc::UnboundedSender<RuntimeFailure>,
 ) {
-    let Ok(mut idle) = client.idle().await else {
-        return report(&docker, &container, id, failures).await;
-    };
-    let mut byte = [0u8; 1];
-    let _ = tokio::io::AsyncReadExt::read(&mut idle, &mut byte).await;
-    report(&docker, &container, id, failures).await;
+    loop {
+        if let Ok(mut idle) = client.idle().await {
+            let mut byte = [0u8; 1];
+            let _ = tokio::io::AsyncReadExt::read(&mut idle, &mut byte).await;
+        }
+        if !answers(&client).await {
+            return report(&docker, &container, id, failures).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether the agent answers `hello` in one of three tries. A dead agent's socket refuses at
+/// once, so this takes well under a second then.
+async fn answers(client: &AgentClient) -> bool {
+    for _ in 0..3 {
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), client.hello()).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 async fn report(
