@@ -117,9 +117,15 @@ fn container(id: &str) -> String {
 }
 
 /// Removes the containers of every sandbox the server knows (shutdown leaves them running by
-/// design), then shuts the server down.
+/// design) with their agent socket directories, then shuts the server down.
 async fn finish(server: TestServer, docker: &Docker) {
     for id in server.listed_ids("?state=all").await {
+        if let Ok(inspect) = docker.inspect_container(&container(&id), None).await {
+            let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
+            if let Some(dir) = labels.get("dev.svc.agent_dir") {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
         let _ = docker
             .remove_container(
                 &container(&id),
