@@ -62,6 +62,17 @@ export SVC_TEST_REQUIRE_MICROVM=1
 say "preparing the SDK toolchains (scripts/clients-test-env.sh)"
 ensure_clients
 
+# The largest tests write 2 GiB each (one at a time, .config/nextest.toml) into the temporary
+# directory and into Docker's storage; on a nearly full disk everything after them fails with
+# "disk is full", so say so before the run instead of leaving it to be guessed from the failures.
+for dir in "${TMPDIR:-/tmp}" "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"; do
+    [ -d "$dir" ] || continue
+    free_gib=$(( $(df -Pk "$dir" | awk 'NR == 2 { print $4 }') / 1048576 ))
+    if [ "$free_gib" -lt 6 ]; then
+        say "WARNING: only ${free_gib} GiB free under $dir; the tests need about 6 GiB (2 GiB files, databases, images)"
+    fi
+done
+
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
