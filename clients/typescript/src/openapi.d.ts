@@ -1120,6 +1120,80 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/templates/{name}/build": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Builds the template's image from a Dockerfile (decisions §17): a JSON body
+         *     `{dockerfile, files, encoding}`, or a tar body (`Content-Type: application/x-tar`, up to
+         *     `server.max_upload_bytes`) holding `Dockerfile` and the context. The build runs in the
+         *     background; on success the template's `image` becomes `svc-templates/<name>:<build_id>`.
+         */
+        post: operations["build_template"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/templates/{name}/builds": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The template's builds, newest first. */
+        get: operations["list_template_builds"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/templates/{name}/builds/{build_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One build. */
+        get: operations["get_template_build"];
+        put?: never;
+        post?: never;
+        /** Cancels a running build: the template stays as it was. */
+        delete: operations["cancel_template_build"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/templates/{name}/builds/{build_id}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The build's progress as NDJSON lines: `step`, `output`, `progress`, and last `result`. */
+        get: operations["template_build_logs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/templates/{name}/spawn": {
         parameters: {
             query?: never;
@@ -1284,6 +1358,16 @@ export interface components {
         BTreeMap: {
             [key: string]: string;
         };
+        /** @description `202` answer of `POST /templates/{name}/build`. */
+        BuildAccepted: {
+            /**
+             * @description The new build.
+             * @example bd-0123456789abcdef
+             */
+            build_id: string;
+            /** @description Always `running`. */
+            status: components["schemas"]["BuildStatus"];
+        };
         /** @description `build`. */
         BuildInfo: {
             /** @description Architecture, Go style (`amd64`, `arm64`). */
@@ -1293,6 +1377,61 @@ export interface components {
             /** @description The crate version (plus git revision). */
             version: string;
         };
+        /** @description One NDJSON line of `GET .../builds/{build_id}/logs`. */
+        BuildLogLine: {
+            /** @description The instruction as the engine prints it (`RUN make`). */
+            instruction: string;
+            /**
+             * Format: int32
+             * @description Its number.
+             */
+            step: number;
+            /** @enum {string} */
+            type: "step";
+        } | {
+            /** @description Text, usually ending in a newline. */
+            data: string;
+            /** @enum {string} */
+            type: "output";
+        } | {
+            /**
+             * Format: int64
+             * @description Pulled.
+             */
+            current_bytes: number;
+            /**
+             * Format: int64
+             * @description Known total.
+             */
+            total_bytes: number;
+            /** @enum {string} */
+            type: "progress";
+        } | {
+            /** @description Why not, otherwise. */
+            error?: string | null;
+            /** @description The image, on success. */
+            image?: string | null;
+            /** @description `succeeded`, `failed` or `cancelled`. */
+            status: components["schemas"]["BuildStatus"];
+            /** @enum {string} */
+            type: "result";
+        };
+        /** @description `POST /templates/{name}/build` as JSON: the Dockerfile and the rest of the context. */
+        BuildRequest: {
+            /** @description The Dockerfile's text. */
+            dockerfile: string;
+            /** @description How every content in `files` is written: `utf8` (default) or `base64`. */
+            encoding?: string | null;
+            /** @description Context files: path (relative to the context) → content. */
+            files?: {
+                [key: string]: string;
+            };
+        };
+        /**
+         * @description Where a build is.
+         * @enum {string}
+         */
+        BuildStatus: "running" | "succeeded" | "failed" | "cancelled";
         /**
          * @description One capability a provider declares.
          * @enum {string}
@@ -1403,7 +1542,7 @@ export interface components {
          * @description Every event type the service publishes.
          * @enum {string}
          */
-        EventType: "sandbox.created" | "sandbox.running" | "sandbox.destroyed" | "sandbox.error" | "sandbox.paused" | "sandbox.resumed" | "exec.started" | "exec.completed" | "exec.failed" | "exec.timeout" | "file.written" | "file.read" | "operation.failed" | "resource.limit" | "provider.failed" | "reconcile.action" | "spawn.queued" | "spawn.dequeued" | "spawn.queue_timeout" | "quota.saved" | "quota.deleted";
+        EventType: "sandbox.created" | "sandbox.running" | "sandbox.destroyed" | "sandbox.error" | "sandbox.paused" | "sandbox.resumed" | "exec.started" | "exec.completed" | "exec.failed" | "exec.timeout" | "file.written" | "file.read" | "operation.failed" | "resource.limit" | "provider.failed" | "reconcile.action" | "spawn.queued" | "spawn.dequeued" | "spawn.queue_timeout" | "quota.saved" | "quota.deleted" | "template.build_started" | "template.build_succeeded" | "template.build_failed" | "image.pulling";
         /** @example ex-0123456789abcdef */
         ExecId: string;
         /** @description One exec as `GET /sandboxes/{id}/execs` shows it. */
@@ -2541,6 +2680,32 @@ export interface components {
              * @description How many of them are ready now, on this server (not stored).
              */
             warm_ready?: number;
+        };
+        /** @description One build of a template (`GET /templates/{name}/builds/{build_id}`). */
+        TemplateBuild: {
+            /**
+             * @description `bd-` and 16 hex characters.
+             * @example bd-0123456789abcdef
+             */
+            build_id: string;
+            /**
+             * Format: date-time
+             * @description When it ended.
+             */
+            ended_at?: string | null;
+            /** @description Why it failed: the step and its output. */
+            error?: string | null;
+            /** @description The image it made (`svc-templates/<name>:<build_id>`), once it succeeded. */
+            image?: string | null;
+            /**
+             * Format: date-time
+             * @description When it was accepted.
+             */
+            started_at: string;
+            /** @description Where it is. */
+            status: components["schemas"]["BuildStatus"];
+            /** @description The template it builds. */
+            template: string;
         };
         /** @description `POST /templates/{name}/spawn` body. */
         TemplateSpawnRequest: {
@@ -8530,6 +8695,373 @@ export interface operations {
                 };
             };
             /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    build_template: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        /** @description The Dockerfile and its context */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BuildRequest"];
+                "application/x-tar": number[];
+            };
+        };
+        responses: {
+            /** @description Accepted; the build runs */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BuildAccepted"];
+                };
+            };
+            /** @description No Dockerfile, or a context entry with an absolute name, a `..` leaving the context or a link pointing outside it (named); no build is recorded */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A tar context over `server.max_upload_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_template_builds: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Builds */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateBuild"][];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_template_build: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Build ID */
+                build_id: string;
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The build */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateBuild"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template or build */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_template_build: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Build ID */
+                build_id: string;
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled: the build with `status: "cancelled"` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateBuild"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template or build */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The build has already ended */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    template_build_logs: {
+        parameters: {
+            query?: {
+                /** @description Keep streaming new lines until the build ends (default `true`). */
+                follow?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description Build ID */
+                build_id: string;
+                /** @description Template name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description NDJSON lines */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": components["schemas"]["BuildLogLine"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such template or build */
             404: {
                 headers: {
                     [name: string]: unknown;

@@ -170,12 +170,16 @@ async fn write_inner(frames: &mut Frames, path: &str) -> Result<(), Failure> {
         archive.unpack(&target)
     });
     let fed = async {
+        // The unpacker stops at the archive's end marker, before the zero padding writers add
+        // after it (and at its first error): the rest of the upload is still read, so the host
+        // can finish sending and then read the reply.
+        let mut unpacking = true;
         loop {
             match frames.next().await {
                 Some(Ok(frame)) if frame.kind == FrameKind::Data => {
-                    if chunks.send(frame.payload).await.is_err() {
+                    if unpacking && chunks.send(frame.payload).await.is_err() {
                         // The unpacker stopped: its result says why.
-                        return Ok(());
+                        unpacking = false;
                     }
                 }
                 Some(Ok(frame)) if frame.kind == FrameKind::End => return Ok(()),

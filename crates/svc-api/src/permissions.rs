@@ -119,6 +119,19 @@ pub(crate) const ROUTE_ACTIONS: &[(&str, &str, Action)] = {
         ("PUT", "/templates/{name}", WriteTemplates),
         ("DELETE", "/templates/{name}", WriteTemplates),
         ("POST", "/templates/{name}/spawn", Spawn),
+        ("POST", "/templates/{name}/build", WriteTemplates),
+        ("GET", "/templates/{name}/builds", ReadTemplates),
+        ("GET", "/templates/{name}/builds/{build_id}", ReadTemplates),
+        (
+            "DELETE",
+            "/templates/{name}/builds/{build_id}",
+            WriteTemplates,
+        ),
+        (
+            "GET",
+            "/templates/{name}/builds/{build_id}/logs",
+            ReadTemplates,
+        ),
         ("GET", "/workers", ReadWorkers),
         ("GET", "/workers/{workerID}", ReadWorkers),
     ]

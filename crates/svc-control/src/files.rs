@@ -115,7 +115,7 @@ fn slice(stream: ByteStream, skip: u64, len: u64) -> ByteStream {
 /// Watches a streamed upload's body: counts its bytes, cuts it at `server.max_upload_bytes`, and
 /// tells a provider's failure apart from the client's (a body over the limit is 413; a body the
 /// client broke off is 400, whatever the provider made of it).
-struct UploadMeter {
+pub(crate) struct UploadMeter {
     limit: u64,
     state: std::sync::Arc<std::sync::Mutex<UploadState>>,
 }
@@ -129,7 +129,7 @@ struct UploadState {
 
 impl UploadMeter {
     /// Refuses at once a body whose announced `length` is over `limit` (`0`: none).
-    fn new(limit: u64, length: Option<u64>) -> Result<Self, Error> {
+    pub(crate) fn new(limit: u64, length: Option<u64>) -> Result<Self, Error> {
         if limit > 0 && length.is_some_and(|length| length > limit) {
             return Err(Error::UploadTooLarge { limit_bytes: limit });
         }
@@ -139,7 +139,7 @@ impl UploadMeter {
         })
     }
 
-    fn watch(&self, body: ByteStream) -> ByteStream {
+    pub(crate) fn watch(&self, body: ByteStream) -> ByteStream {
         use futures::StreamExt;
         let state = std::sync::Arc::clone(&self.state);
         let limit = self.limit;
@@ -165,7 +165,7 @@ impl UploadMeter {
     }
 
     /// The size written, or why not.
-    fn finish(&self, written: Result<(), Error>) -> Result<u64, Error> {
+    pub(crate) fn finish(&self, written: Result<(), Error>) -> Result<u64, Error> {
         let state = self
             .state
             .lock()

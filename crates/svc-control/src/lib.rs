@@ -5,6 +5,7 @@
 
 mod admission;
 pub mod audit;
+mod builds;
 pub mod events;
 mod exec;
 mod exec_jobs;
@@ -21,6 +22,7 @@ pub mod preview;
 mod principal;
 mod provider_errors;
 pub mod providers;
+mod pull_progress;
 mod queue;
 mod quotas;
 pub mod ratelimit;
@@ -40,6 +42,7 @@ mod warm;
 pub mod workers;
 
 pub use admission::SchedulerStats;
+pub use builds::BuildInput;
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
 pub use exec_jobs::ExecReplay;

@@ -28,6 +28,8 @@ pub struct ControlPlaneParts {
     pub installation_id: String,
     /// The event log shared with other replicas (PostgreSQL), if any.
     pub event_log: Option<Arc<dyn svc_store::EventLog>>,
+    /// Builds template images (the Docker engine), if any (decisions §17).
+    pub builder: Option<Arc<dyn svc_provider::ImageBuilder>>,
 }
 
 pub(crate) struct Inner {
@@ -52,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) exec_jobs: crate::exec_jobs::ExecJobs,
     pub(crate) warm: crate::warm::WarmPools,
     pub(crate) preview_keys: crate::preview::PreviewKeys,
+    pub(crate) builder: Option<Arc<dyn svc_provider::ImageBuilder>>,
+    pub(crate) builds: crate::builds::Builds,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -84,6 +88,7 @@ impl ControlPlane {
             defaults.max_spawn_queue,
             defaults.spawn_queue_timeout,
         ));
+        let build_slots = parts.config.defaults.max_concurrent_builds;
         ControlPlane {
             inner: Arc::new(Inner {
                 config: parts.config,
@@ -106,6 +111,8 @@ impl ControlPlane {
                 exec_jobs,
                 warm: crate::warm::WarmPools::default(),
                 preview_keys: crate::preview::PreviewKeys::new(),
+                builds: crate::builds::Builds::new(build_slots),
+                builder: parts.builder,
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
             }),
@@ -271,6 +278,7 @@ impl ControlPlane {
             authenticator: Authenticator::Open,
             installation_id: "test-installation".to_owned(),
             event_log: None,
+            builder: None,
         })
     }
 }

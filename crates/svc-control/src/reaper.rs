@@ -1,5 +1,6 @@
 //! The reaper (decisions §7): every `defaults.reap_interval` it destroys running sandboxes
-//! whose `expires_at` passed and forgets destroyed records older than `destroyed_retention`.
+//! whose `expires_at` passed and forgets destroyed records older than `destroyed_retention`;
+//! once a minute it removes built template images nothing uses any more.
 
 use std::time::Duration;
 
@@ -8,6 +9,9 @@ use svc_core::sandbox::StateReason;
 use tokio_util::sync::CancellationToken;
 
 use crate::{ControlPlane, Principal};
+
+/// How often built images nothing uses any more are looked for.
+const IMAGE_COLLECTION_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Runs until `cancel` fires.
 pub(crate) async fn run(plane: ControlPlane, cancel: CancellationToken) {
@@ -19,10 +23,18 @@ pub(crate) async fn run(plane: ControlPlane, cancel: CancellationToken) {
         .max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_collection: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
-            _ = ticker.tick() => reap_once(&plane).await,
+            _ = ticker.tick() => {
+                reap_once(&plane).await;
+                // Built images freed by ended sandboxes, at most once a minute.
+                if last_collection.is_none_or(|at| at.elapsed() >= IMAGE_COLLECTION_INTERVAL) {
+                    last_collection = Some(tokio::time::Instant::now());
+                    plane.collect_built_images().await;
+                }
+            }
         }
     }
     tracing::debug!("reaper stopped");

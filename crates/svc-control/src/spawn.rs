@@ -487,10 +487,9 @@ impl ControlPlane {
         let image_pulled = if claimed {
             false
         } else {
-            match self
-                .spawn_runtime(&provider, spawn_spec(&record, &self.inner.installation_id))
-                .await
-            {
+            let mut spec = spawn_spec(&record, &self.inner.installation_id);
+            spec.progress = self.pull_progress(&record);
+            match self.spawn_runtime(&provider, spec).await {
                 Ok(runtime) => runtime.image_pulled,
                 Err(failure) => return Err(undo.run(failure).await),
             }
@@ -815,6 +814,7 @@ fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
         ]),
         multi_user: false,
         egress: sandbox.egress.clone(),
+        progress: Default::default(),
     }
 }
 

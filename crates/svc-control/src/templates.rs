@@ -162,6 +162,7 @@ impl ControlPlane {
             .await?
             .ok_or_else(|| Error::not_found(Resource::Template, name))?;
         self.inner.warm.templates_changed();
+        self.owe_image_collection();
         Ok(self.with_warm_ready(updated))
     }
 
@@ -170,6 +171,7 @@ impl ControlPlane {
         self.authorize(principal, Action::WriteTemplates)?;
         if self.store().delete_template(name).await? {
             self.inner.warm.templates_changed();
+            self.owe_image_collection();
             Ok(())
         } else {
             Err(Error::not_found(Resource::Template, name))

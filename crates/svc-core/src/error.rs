@@ -105,6 +105,8 @@ pub enum Resource {
     Member,
     /// A tenant policy.
     Policy,
+    /// A template build.
+    Build,
 }
 
 impl fmt::Display for Resource {
@@ -122,6 +124,7 @@ impl fmt::Display for Resource {
             Resource::Tenant => "tenant",
             Resource::Member => "member",
             Resource::Policy => "policy",
+            Resource::Build => "build",
         })
     }
 }
@@ -329,6 +332,14 @@ pub enum Error {
         /// What became of it, in words (`has exited`, `was killed`).
         status: &'static str,
     },
+    /// A template build that has ended was asked to stop.
+    #[error("build {id} has already ended ({status})")]
+    BuildEnded {
+        /// The build.
+        id: String,
+        /// How it ended (`succeeded`, `failed`, `cancelled`).
+        status: &'static str,
+    },
     /// Pool mode: every pool VM is full and no more may start (overflow `reject`).
     #[error("{message}")]
     PoolFull {
@@ -392,7 +403,8 @@ impl Error {
             Error::AlreadyExists { .. }
             | Error::SandboxNotRunning { .. }
             | Error::OwnerHasSandbox { .. }
-            | Error::ExecEnded { .. } => ErrorKind::Conflict,
+            | Error::ExecEnded { .. }
+            | Error::BuildEnded { .. } => ErrorKind::Conflict,
             Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
             Error::Provider { .. } => ErrorKind::ProviderError,

@@ -73,11 +73,23 @@ pub enum EventType {
     /// An owner quota was deleted.
     #[serde(rename = "quota.deleted")]
     QuotaDeleted,
+    /// A template build started (decisions §17).
+    #[serde(rename = "template.build_started")]
+    TemplateBuildStarted,
+    /// A template build succeeded; the template uses its image.
+    #[serde(rename = "template.build_succeeded")]
+    TemplateBuildSucceeded,
+    /// A template build failed or was cancelled.
+    #[serde(rename = "template.build_failed")]
+    TemplateBuildFailed,
+    /// A spawn is pulling its image.
+    #[serde(rename = "image.pulling")]
+    ImagePulling,
 }
 
 impl EventType {
     /// Every type, for filters and docs.
-    pub const ALL: [EventType; 21] = [
+    pub const ALL: [EventType; 25] = [
         EventType::SandboxCreated,
         EventType::SandboxRunning,
         EventType::SandboxDestroyed,
@@ -99,6 +111,10 @@ impl EventType {
         EventType::SpawnQueueTimeout,
         EventType::QuotaSaved,
         EventType::QuotaDeleted,
+        EventType::TemplateBuildStarted,
+        EventType::TemplateBuildSucceeded,
+        EventType::TemplateBuildFailed,
+        EventType::ImagePulling,
     ];
 
     /// The wire name.
@@ -125,6 +141,10 @@ impl EventType {
             EventType::SpawnQueueTimeout => "spawn.queue_timeout",
             EventType::QuotaSaved => "quota.saved",
             EventType::QuotaDeleted => "quota.deleted",
+            EventType::TemplateBuildStarted => "template.build_started",
+            EventType::TemplateBuildSucceeded => "template.build_succeeded",
+            EventType::TemplateBuildFailed => "template.build_failed",
+            EventType::ImagePulling => "image.pulling",
         }
     }
 
@@ -305,6 +325,32 @@ pub struct QuotaEventData {
     pub owner_id: String,
 }
 
+/// `data` of `template.build_*` events (decisions §17).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BuildEventData {
+    /// The template built.
+    pub template: String,
+    /// The build.
+    pub build_id: String,
+    /// The image made, on success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Why it failed (`cancelled` for a cancel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `data` of `image.pulling` events (decisions §17).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PullEventData {
+    /// The image being pulled.
+    pub image: String,
+    /// Bytes pulled so far.
+    pub current_bytes: u64,
+    /// Bytes to pull, as far as known yet.
+    pub total_bytes: u64,
+}
+
 /// An event to publish: its type and its typed data, which decide each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventPayload {
@@ -350,6 +396,14 @@ pub enum EventPayload {
     QuotaSaved(QuotaEventData),
     /// `quota.deleted`.
     QuotaDeleted(QuotaEventData),
+    /// `template.build_started`.
+    TemplateBuildStarted(BuildEventData),
+    /// `template.build_succeeded`.
+    TemplateBuildSucceeded(BuildEventData),
+    /// `template.build_failed`.
+    TemplateBuildFailed(BuildEventData),
+    /// `image.pulling`.
+    ImagePulling(PullEventData),
 }
 
 impl EventPayload {
@@ -377,6 +431,10 @@ impl EventPayload {
             EventPayload::ReconcileAction(_) => EventType::ReconcileAction,
             EventPayload::QuotaSaved(_) => EventType::QuotaSaved,
             EventPayload::QuotaDeleted(_) => EventType::QuotaDeleted,
+            EventPayload::TemplateBuildStarted(_) => EventType::TemplateBuildStarted,
+            EventPayload::TemplateBuildSucceeded(_) => EventType::TemplateBuildSucceeded,
+            EventPayload::TemplateBuildFailed(_) => EventType::TemplateBuildFailed,
+            EventPayload::ImagePulling(_) => EventType::ImagePulling,
         }
     }
 
@@ -403,6 +461,10 @@ impl EventPayload {
             | EventPayload::SpawnQueueTimeout(d) => serde_json::to_value(d),
             EventPayload::ReconcileAction(d) => serde_json::to_value(d),
             EventPayload::QuotaSaved(d) | EventPayload::QuotaDeleted(d) => serde_json::to_value(d),
+            EventPayload::TemplateBuildStarted(d)
+            | EventPayload::TemplateBuildSucceeded(d)
+            | EventPayload::TemplateBuildFailed(d) => serde_json::to_value(d),
+            EventPayload::ImagePulling(d) => serde_json::to_value(d),
         };
         match value {
             Ok(serde_json::Value::Object(map)) => map,

@@ -1,5 +1,5 @@
 //! Identifiers: a prefix and 16 lowercase hex characters from a CSPRNG (decisions §3, §8):
-//! sandboxes `sb-`, execs `ex-`.
+//! sandboxes `sb-`, execs `ex-`, template builds `bd-`.
 
 use std::fmt;
 
@@ -103,6 +103,14 @@ prefixed_id!(
     "exec",
     "ex-",
     "ex-0123456789abcdef"
+);
+
+prefixed_id!(
+    /// A validated template build ID (decisions §17, "Template builds").
+    BuildId,
+    "build",
+    "bd-",
+    "bd-0123456789abcdef"
 );
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod admission;
 pub mod audit;
+pub mod build;
 pub mod capability;
 pub mod clock;
 pub mod config;
@@ -30,5 +31,5 @@ pub use capability::Capability;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use duration::GoDuration;
 pub use error::{Error, ErrorKind};
-pub use id::{ExecId, SandboxId};
+pub use id::{BuildId, ExecId, SandboxId};
 pub use owner::OwnerId;

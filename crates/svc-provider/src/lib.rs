@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod archive;
+mod builder;
 pub mod docker;
 mod error;
 mod exec;
@@ -14,8 +15,10 @@ pub mod microvm;
 pub mod mock;
 mod process;
 mod provider;
+mod pull;
 pub mod shell_files;
 
+pub use builder::{BuildUpdate, ImageBuilder};
 pub use error::ProviderError;
 pub use exec::{
     ExecChunk, ExecControl, ExecSession, ExecSpec, ExecState, ExecUser, ExitStatus, OutputStream,
@@ -27,6 +30,7 @@ pub use provider::{
     LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER, LABEL_POOL, LABEL_SANDBOX_ID, LABEL_TEMPLATE,
     LABEL_TENANT, LABEL_WARM, LABEL_WARM_SPEC, LABEL_WORKER,
 };
+pub use pull::{ProgressSink, PullProgress, PullTally};
 
 /// A byte stream both ways to a port inside a sandbox ([`Provider::connect`]).
 pub type PortStream = Box<dyn PortIo>;

@@ -57,6 +57,8 @@ pub struct SpawnSpec {
     pub multi_user: bool,
     /// What the runtime may connect to; providers declaring `egress` enforce it.
     pub egress: svc_core::egress::Egress,
+    /// Where the spawn reports how far pulling its image is (decisions §17).
+    pub progress: crate::ProgressSink,
 }
 
 /// A runtime as the provider sees it.

@@ -131,6 +131,7 @@ fn microvm_spec(image: &str) -> SpawnSpec {
         labels: BTreeMap::new(),
         multi_user: false,
         egress: svc_core::egress::Egress::default(),
+        progress: Default::default(),
     }
 }
 
@@ -197,6 +198,7 @@ impl Sandbox {
             labels: BTreeMap::new(),
             multi_user: false,
             egress: svc_core::egress::Egress::default(),
+            progress: Default::default(),
         };
         provider.spawn(&spec).await.unwrap();
         Sandbox { provider, id }
@@ -1116,10 +1118,23 @@ async fn microvm_directory_images_are_rebuilt_when_any_file_changes() {
     let cache =
         svc_provider::microvm::RootfsCache::new(work.path().join("cache"), "vmlinux".into(), None);
     let name = image.display().to_string();
-    let first = cache.root_disk(&name).await.unwrap();
-    assert_eq!(cache.root_disk(&name).await.unwrap(), first, "cached");
+    let first = cache
+        .root_disk(&name, &svc_provider::ProgressSink::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        cache
+            .root_disk(&name, &svc_provider::ProgressSink::default())
+            .await
+            .unwrap(),
+        first,
+        "cached"
+    );
     std::fs::write(image.join("etc/deep/deeper/conf"), "two!").unwrap();
-    let second = cache.root_disk(&name).await.unwrap();
+    let second = cache
+        .root_disk(&name, &svc_provider::ProgressSink::default())
+        .await
+        .unwrap();
     assert_ne!(second, first, "a change deep inside makes a new disk");
     assert_eq!(cache.list().await.unwrap().len(), 2);
 }
@@ -1179,6 +1194,7 @@ async fn shell_files_run_as_a_user_and_stop_where_it_may_not_reach() {
         labels: BTreeMap::new(),
         multi_user: true,
         egress: svc_core::egress::Egress::default(),
+        progress: Default::default(),
     };
     backend.provider.spawn(&spec).await.unwrap();
     let sandbox = Sandbox {

@@ -15,12 +15,13 @@ use async_trait::async_trait;
 use svc_core::access::Role;
 use svc_core::admission::Admission;
 use svc_core::audit::{AuditEntry, AuditFilter};
+use svc_core::build::TemplateBuild;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{SandboxId, Timestamp};
+use svc_core::{BuildId, SandboxId, Timestamp};
 
 pub use error::StoreError;
 pub use filter::{KeyPage, SandboxFilter, SandboxPosition, StateFilter};
@@ -60,6 +61,19 @@ pub struct StoredExec {
     pub handle: Option<String>,
     /// The record, JSON.
     pub record: String,
+}
+
+/// How a build ended ([`Store::end_build`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildEnding {
+    /// `succeeded`, `failed` or `cancelled`.
+    pub status: svc_core::build::BuildStatus,
+    /// The image, on success.
+    pub image: Option<String>,
+    /// Why not, otherwise.
+    pub error: Option<String>,
+    /// When.
+    pub at: Timestamp,
 }
 
 /// Result alias for store operations.
@@ -144,6 +158,10 @@ pub trait Store: Send + Sync + 'static {
         id: &SandboxId,
         exec_path: Option<&str>,
     ) -> StoreResult<Option<Sandbox>>;
+
+    /// Sets the `state_message` of a `creating` sandbox (how far its image pull is); false when
+    /// it is not creating.
+    async fn set_creating_message(&self, id: &SandboxId, message: &str) -> StoreResult<bool>;
 
     /// Ends a sandbox that has not ended: `state` is `destroyed` or `error`, with the reason
     /// and message of `ending`, and lets its lease lapse at `at`, in one transaction. Returns
@@ -230,8 +248,51 @@ pub trait Store: Send + Sync + 'static {
     /// stored record, or `None` when there is no such template.
     async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>>;
 
-    /// Deletes a template; false when there was none.
+    /// Deletes a template with its builds and their logs, in one transaction; false when there
+    /// was no such template.
     async fn delete_template(&self, name: &str) -> StoreResult<bool>;
+
+    /// Saves a new build (state `running`) that `worker_id` runs.
+    async fn insert_build(&self, build: &TemplateBuild, worker_id: &str) -> StoreResult<()>;
+
+    /// One build of `template`.
+    async fn get_build(
+        &self,
+        template: &str,
+        build_id: &BuildId,
+    ) -> StoreResult<Option<TemplateBuild>>;
+
+    /// A template's builds, newest first, at most `limit`.
+    async fn list_builds(&self, template: &str, limit: u32) -> StoreResult<Vec<TemplateBuild>>;
+
+    /// The builds `worker_id` runs (state `running`), in one query.
+    async fn list_running_builds(&self, worker_id: &str) -> StoreResult<Vec<TemplateBuild>>;
+
+    /// Ends a `running` build as `ending` says, and keeps only the newest `keep` ended builds
+    /// of its template (older ones go with their logs), in one transaction. Returns the updated
+    /// build, or `None` when it does not exist or has already ended (so exactly one caller
+    /// wins).
+    async fn end_build(
+        &self,
+        build_id: &BuildId,
+        ending: &BuildEnding,
+        keep: u32,
+    ) -> StoreResult<Option<TemplateBuild>>;
+
+    /// Appends lines to a build's log, in order.
+    async fn append_build_log(&self, build_id: &BuildId, lines: &[String]) -> StoreResult<()>;
+
+    /// A build's log lines after position `after` (0: from the first), oldest first, at most
+    /// `limit`: `(position, line)`.
+    async fn build_log_after(
+        &self,
+        build_id: &BuildId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, String)>>;
+
+    /// The images of sandboxes holding a runtime (`creating`, `running`, `paused`), each once.
+    async fn active_images(&self) -> StoreResult<Vec<String>>;
 
     /// Saves the quota of `owner_id` (created or replaced; `created_at` kept on replace).
     async fn put_quota(

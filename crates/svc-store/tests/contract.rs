@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
 use svc_core::access::Role;
 use svc_core::audit::{AuditEntry, AuditFilter, AuditOutcome};
+use svc_core::build::{BuildStatus, TemplateBuild};
 use svc_core::clock::add_duration;
 use svc_core::error::LimitReason;
 use svc_core::quota::{GlobalLimits, QuotaLimits};
@@ -22,12 +23,12 @@ use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, PolicyEffect, PolicyResource, Tenant, DEFAULT_TENANT};
 use svc_core::worker::{LeaseAcquire, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
-use svc_core::{GoDuration, SandboxId, Timestamp};
+use svc_core::{BuildId, GoDuration, SandboxId, Timestamp};
 use svc_store::postgres::PgStore;
 use svc_store::sqlite::SqliteStore;
 use svc_store::{
-    EndedState, KeyPage, SandboxFilter, SandboxPosition, StateFilter, Store, StoreError,
-    StoreResult, StoredExec,
+    BuildEnding, EndedState, KeyPage, SandboxFilter, SandboxPosition, StateFilter, Store,
+    StoreError, StoreResult, StoredExec,
 };
 
 /// A backend under test and whatever keeps it alive (a temporary directory, a schema).
@@ -589,6 +590,180 @@ async fn template_crud(store: &dyn Store) {
     assert!(store.delete_template("py").await.unwrap());
     assert!(!store.delete_template("py").await.unwrap());
     assert_eq!(store.get_template("py").await.unwrap(), None);
+}
+
+fn build(template: &str, started: u64) -> TemplateBuild {
+    TemplateBuild {
+        build_id: BuildId::generate(),
+        template: template.to_owned(),
+        status: BuildStatus::Running,
+        image: None,
+        started_at: at(started),
+        ended_at: None,
+        error: None,
+    }
+}
+
+/// Builds are listed newest first, end once (one caller wins), keep only the newest ended
+/// ones with their logs, and go with their template.
+async fn template_builds_end_once_and_are_trimmed(store: &dyn Store) {
+    store.insert_template(&template("web")).await.unwrap();
+    let first = build("web", 10);
+    store.insert_build(&first, "w1").await.unwrap();
+    let err = store.insert_build(&first, "w1").await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+    assert_eq!(
+        store.get_build("web", &first.build_id).await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store.get_build("other", &first.build_id).await.unwrap(),
+        None,
+        "a build is found under its own template only"
+    );
+    let lines: Vec<String> = (0..3).map(|i| format!("{{\"n\":{i}}}")).collect();
+    store
+        .append_build_log(&first.build_id, &lines[..2])
+        .await
+        .unwrap();
+    store
+        .append_build_log(&first.build_id, &lines[2..])
+        .await
+        .unwrap();
+    let log = store.build_log_after(&first.build_id, 0, 10).await.unwrap();
+    assert_eq!(
+        log.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
+        lines,
+        "lines come back in the order appended"
+    );
+    let rest = store
+        .build_log_after(&first.build_id, log[0].0, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        rest,
+        vec![log[1].clone()],
+        "after a position, at most limit"
+    );
+
+    let second = build("web", 20);
+    store.insert_build(&second, "w2").await.unwrap();
+    let running = store.list_running_builds("w1").await.unwrap();
+    assert_eq!(running, vec![first.clone()], "only w1's running builds");
+    let listed = store.list_builds("web", 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|b| &b.build_id).collect::<Vec<_>>(),
+        [&second.build_id, &first.build_id],
+        "newest first"
+    );
+
+    let ending = BuildEnding {
+        status: BuildStatus::Failed,
+        image: None,
+        error: Some("step 2 failed".into()),
+        at: at(30),
+    };
+    let ended = store
+        .end_build(&first.build_id, &ending, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.status, BuildStatus::Failed);
+    assert_eq!(ended.error.as_deref(), Some("step 2 failed"));
+    assert_eq!(ended.ended_at, Some(at(30)));
+    assert_eq!(
+        store.end_build(&first.build_id, &ending, 1).await.unwrap(),
+        None,
+        "a build ends once"
+    );
+    assert!(store.list_running_builds("w1").await.unwrap().is_empty());
+
+    // Ending the second keeps only the newest ended build: the first goes with its log.
+    let succeeded = BuildEnding {
+        status: BuildStatus::Succeeded,
+        image: Some("svc-templates/web:x".into()),
+        error: None,
+        at: at(40),
+    };
+    store
+        .end_build(&second.build_id, &succeeded, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.get_build("web", &first.build_id).await.unwrap(),
+        None,
+        "older ended builds are trimmed"
+    );
+    assert!(store
+        .build_log_after(&first.build_id, 0, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store
+            .get_build("web", &second.build_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .image
+            .as_deref(),
+        Some("svc-templates/web:x")
+    );
+
+    store
+        .append_build_log(&second.build_id, &lines)
+        .await
+        .unwrap();
+    assert!(store.delete_template("web").await.unwrap());
+    assert!(store.list_builds("web", 10).await.unwrap().is_empty());
+    assert!(store
+        .build_log_after(&second.build_id, 0, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// A creating sandbox shows how far its pull is until it runs.
+async fn creating_messages_last_until_running(store: &dyn Store) {
+    let mut creating = sandbox("puller", "docker", at(1));
+    creating.state = SandboxState::Creating;
+    store.insert_sandbox(&creating).await.unwrap();
+    assert!(store
+        .set_creating_message(&creating.id, "pulling image a: 1 of 2 MB")
+        .await
+        .unwrap());
+    let shown = store.get_sandbox(&creating.id).await.unwrap().unwrap();
+    assert_eq!(
+        shown.state_message.as_deref(),
+        Some("pulling image a: 1 of 2 MB")
+    );
+    let running = store
+        .mark_sandbox_running(&creating.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.state_message, None, "running clears it");
+    assert!(!store
+        .set_creating_message(&creating.id, "late")
+        .await
+        .unwrap());
+}
+
+/// The images of sandboxes holding a runtime, each once.
+async fn active_images_are_those_of_live_sandboxes(store: &dyn Store) {
+    let mut live = sandbox("img-a", "docker", at(1));
+    live.image = "svc-templates/a:1".into();
+    store.insert_sandbox(&live).await.unwrap();
+    let mut twin = sandbox("img-b", "docker", at(1));
+    twin.image = "svc-templates/a:1".into();
+    store.insert_sandbox(&twin).await.unwrap();
+    let mut gone = sandbox("img-c", "docker", at(1));
+    gone.image = "svc-templates/a:0".into();
+    store.insert_sandbox(&gone).await.unwrap();
+    destroy(store, &gone.id, at(100)).await.unwrap();
+    let images = store.active_images().await.unwrap();
+    assert_eq!(images, ["svc-templates/a:1"]);
 }
 
 /// Keyset pages of templates: each starts after the previous page's last name, so names
@@ -2130,6 +2305,9 @@ macro_rules! all_cases {
                 expiry_and_purge,
                 pause_and_resume,
                 template_crud,
+                template_builds_end_once_and_are_trimmed,
+                active_images_are_those_of_live_sandboxes,
+                creating_messages_last_until_running,
                 meta_values_are_random_and_stable,
                 concurrent_writes_are_all_kept,
                 admission_counts_and_records_in_one_write,

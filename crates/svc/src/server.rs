@@ -134,6 +134,10 @@ pub async fn start_with_clock(
     if let Err(err) = plane.recover_execs(&svc_control::Principal::system()).await {
         tracing::warn!(error = %err, "recovering exec records failed; earlier execs are not listed");
     }
+    // Builds this worker ran before it stopped cannot resume: they end failed.
+    if let Err(err) = plane.recover_builds().await {
+        tracing::warn!(error = %err, "failing interrupted template builds failed; they stay running");
+    }
     tracing::info!(
         "authentication: {}",
         if plane.auth_enabled() {

@@ -258,6 +258,7 @@ pub(crate) async fn control_plane(
         registry = registry.with_pool(pool);
     }
     let providers = Arc::new(registry);
+    let builder = image_builder(&config).await;
     Ok(ControlPlane::new(ControlPlaneParts {
         config,
         store,
@@ -266,7 +267,20 @@ pub(crate) async fn control_plane(
         authenticator,
         installation_id,
         event_log: opened.event_log.clone(),
+        builder,
     }))
+}
+
+/// Template builds go through the Docker engine whatever provider a template spawns on
+/// (decisions §17); the engine is reached lazily, so one that appears later is used.
+async fn image_builder(config: &Config) -> Option<Arc<dyn svc_provider::ImageBuilder>> {
+    match DockerProvider::connect(engine_only(&config.providers.docker)).await {
+        Ok(docker) => Some(Arc::new(docker)),
+        Err(err) => {
+            tracing::warn!(error = %err, "template builds are unavailable: the Docker engine client could not be set up");
+            None
+        }
+    }
 }
 
 /// The docker settings for a provider that spawns nothing (a retired one, the image exporter):

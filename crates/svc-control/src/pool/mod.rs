@@ -344,6 +344,7 @@ impl Pool {
             ]),
             multi_user: true,
             egress: svc_core::egress::Egress::default(),
+            progress: Default::default(),
         };
         let made = async {
             self.inner.spawn(&spec).await?;

@@ -295,6 +295,7 @@ impl ControlPlane {
             ]),
             multi_user: false,
             egress: svc_core::egress::Egress::default(),
+            progress: Default::default(),
         }
     }
 }

@@ -361,9 +361,69 @@ impl Store for FaultyStore {
         self.write("update_template")?;
         self.inner.update_template(template).await
     }
+    async fn set_creating_message(&self, id: &SandboxId, message: &str) -> StoreResult<bool> {
+        self.write("set_creating_message")?;
+        self.inner.set_creating_message(id, message).await
+    }
     async fn delete_template(&self, name: &str) -> StoreResult<bool> {
         self.write("delete_template")?;
         self.inner.delete_template(name).await
+    }
+    async fn insert_build(
+        &self,
+        build: &svc_core::build::TemplateBuild,
+        worker_id: &str,
+    ) -> StoreResult<()> {
+        self.write("insert_build")?;
+        self.inner.insert_build(build, worker_id).await
+    }
+    async fn get_build(
+        &self,
+        template: &str,
+        build_id: &svc_core::BuildId,
+    ) -> StoreResult<Option<svc_core::build::TemplateBuild>> {
+        self.inner.get_build(template, build_id).await
+    }
+    async fn list_builds(
+        &self,
+        template: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<svc_core::build::TemplateBuild>> {
+        self.inner.list_builds(template, limit).await
+    }
+    async fn list_running_builds(
+        &self,
+        worker_id: &str,
+    ) -> StoreResult<Vec<svc_core::build::TemplateBuild>> {
+        self.inner.list_running_builds(worker_id).await
+    }
+    async fn end_build(
+        &self,
+        build_id: &svc_core::BuildId,
+        ending: &svc_store::BuildEnding,
+        keep: u32,
+    ) -> StoreResult<Option<svc_core::build::TemplateBuild>> {
+        self.write("end_build")?;
+        self.inner.end_build(build_id, ending, keep).await
+    }
+    async fn append_build_log(
+        &self,
+        build_id: &svc_core::BuildId,
+        lines: &[String],
+    ) -> StoreResult<()> {
+        self.write("append_build_log")?;
+        self.inner.append_build_log(build_id, lines).await
+    }
+    async fn build_log_after(
+        &self,
+        build_id: &svc_core::BuildId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, String)>> {
+        self.inner.build_log_after(build_id, after, limit).await
+    }
+    async fn active_images(&self) -> StoreResult<Vec<String>> {
+        self.inner.active_images().await
     }
     async fn put_quota(
         &self,
@@ -643,6 +703,7 @@ impl Fixture {
             authenticator: Authenticator::Open,
             installation_id: "fixture".to_owned(),
             event_log: None,
+            builder: None,
         })
     }
 

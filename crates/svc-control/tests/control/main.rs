@@ -472,6 +472,7 @@ fn spec(id: &SandboxId) -> SpawnSpec {
         labels: Default::default(),
         multi_user: false,
         egress: svc_core::egress::Egress::default(),
+        progress: Default::default(),
     }
 }
 

@@ -75,6 +75,11 @@ pub struct DefaultsConfig {
     /// How often the ready runtimes of warm pools are checked and the pools resynchronised
     /// with the templates (which another replica may have changed).
     pub warm_check_interval: GoDuration,
+    /// Most template builds this server runs at once; later ones wait, shown `running`
+    /// (decisions §17).
+    pub max_concurrent_builds: u32,
+    /// How long a template build may take before it fails.
+    pub build_timeout: GoDuration,
 }
 
 impl Default for DefaultsConfig {
@@ -97,6 +102,8 @@ impl Default for DefaultsConfig {
             spawn_timeout: GoDuration::from_secs(5 * 60),
             max_warm_runtimes: 20,
             warm_check_interval: GoDuration::from_secs(10),
+            max_concurrent_builds: 2,
+            build_timeout: GoDuration::from_secs(30 * 60),
         }
     }
 }

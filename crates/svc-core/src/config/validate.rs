@@ -262,6 +262,11 @@ impl Config {
         }
         p.positive_duration(defaults.reap_interval, "defaults.reap_interval");
         p.positive_duration(defaults.spawn_timeout, "defaults.spawn_timeout");
+        p.at_least_one(
+            u64::from(defaults.max_concurrent_builds),
+            "defaults.max_concurrent_builds",
+        );
+        p.positive_duration(defaults.build_timeout, "defaults.build_timeout");
     }
 
     fn validate_auth(&self, p: &mut Problems) {

@@ -319,11 +319,13 @@ impl AgentClient {
                 let piece = chunk.split_to(chunk.len().min(svc_agent_proto::MAX_CHUNK));
                 let frame = Frame::bytes(FrameKind::Data, piece);
                 if let Err(err) = connection.send(frame).await {
-                    // The agent may have refused the upload already: its reply says why.
+                    // The agent may have answered already (refused the upload, or an older
+                    // agent done at the archive's end marker): its reply says how it went.
                     return match Self::reply(&mut connection).await {
                         Ok(Reply::Error { kind, message }) => {
                             Err(agent_error(kind, message, Some(path)))
                         }
+                        Ok(Reply::Done) => Ok(()),
                         _ => Err(protocol(err)),
                     };
                 }

@@ -6,6 +6,7 @@
 //! directory operations), logs the logs API.
 
 mod agent;
+mod build;
 mod egress;
 mod egress_proxy;
 mod errors;
@@ -34,6 +35,7 @@ use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::{Capability, SandboxId};
 
 use self::errors::{container_error, engine_error, status_of};
+use crate::pull::{ProgressSink, PullProgress, PullTally};
 use crate::{
     ByteStream, ExecControl, ExecSession, ExecSpec, ExecState, FileInfo, Provider, ProviderError,
     RuntimeInfo, RuntimeStatus, SandboxStats, SpawnSpec, Upload, LABEL_MANAGED, LABEL_SANDBOX_ID,
@@ -200,8 +202,14 @@ impl DockerProvider {
         (!self.config.user.is_empty()).then_some(self.config.user.as_str())
     }
 
-    /// Pulls `image` unless it is present. Returns whether it pulled.
-    async fn ensure_image(&self, docker: &Docker, image: &str) -> Result<bool, ProviderError> {
+    /// Pulls `image` unless it is present, reporting how far the pull is to `progress`.
+    /// Returns whether it pulled.
+    async fn ensure_image(
+        &self,
+        docker: &Docker,
+        image: &str,
+        progress: &ProgressSink,
+    ) -> Result<bool, ProviderError> {
         match docker.inspect_image(image).await {
             Ok(_) => return Ok(false),
             Err(err) if status_of(&err) == Some(404) => {}
@@ -214,13 +222,28 @@ impl DockerProvider {
         };
         let mut pull = docker.create_image(Some(options), None, None);
         let pulling = async {
-            while let Some(progress) = pull.next().await {
-                let progress =
-                    progress.map_err(|e| engine_error(&format!("pulling image {image}"), &e))?;
-                if let Some(error) = progress.error_detail.and_then(|d| d.message) {
+            let mut tally = PullTally::default();
+            while let Some(message) = pull.next().await {
+                let message =
+                    message.map_err(|e| engine_error(&format!("pulling image {image}"), &e))?;
+                if let Some(error) = message.error_detail.and_then(|d| d.message) {
                     return Err(ProviderError::failed(format!(
                         "pulling image {image}: {error}"
                     )));
+                }
+                let detail = message.progress_detail.unwrap_or_default();
+                if tally.update(
+                    message.id.as_deref(),
+                    message.status.as_deref(),
+                    detail.current,
+                    detail.total,
+                ) {
+                    let (current_bytes, total_bytes) = tally.totals();
+                    progress.report(PullProgress {
+                        image: image.to_owned(),
+                        current_bytes,
+                        total_bytes,
+                    });
                 }
             }
             Ok(())
@@ -345,10 +368,15 @@ impl DockerProvider {
         }
     }
 
-    /// The ID (content digest) of `image`, pulled first when the engine lacks it.
-    pub async fn image_id(&self, image: &str) -> Result<String, ProviderError> {
+    /// The ID (content digest) of `image`, pulled first when the engine lacks it (reporting
+    /// the pull to `progress`).
+    pub async fn image_id(
+        &self,
+        image: &str,
+        progress: &ProgressSink,
+    ) -> Result<String, ProviderError> {
         let docker = self.client().await?;
-        self.ensure_image(&docker, image).await?;
+        self.ensure_image(&docker, image, progress).await?;
         let inspected = docker
             .inspect_image(image)
             .await
@@ -554,7 +582,9 @@ impl DockerProvider {
 
     async fn spawn_inner(&self, spec: &SpawnSpec, name: &str) -> Result<bool, ProviderError> {
         let docker = self.client().await?;
-        let pulled = self.ensure_image(&docker, &spec.image).await?;
+        let pulled = self
+            .ensure_image(&docker, &spec.image, &spec.progress)
+            .await?;
         let allowlist = spec.egress.mode == svc_core::egress::EgressMode::Allowlist;
         let prepared;
         let (spec, gateway) = if allowlist {

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use crate::docker::DockerProvider;
-use crate::{ProviderError, SnapshotInfo};
+use crate::{ProgressSink, ProviderError, SnapshotInfo};
 
 /// What `<key>.json` beside each `<key>.ext4` says.
 #[derive(Debug, Serialize, Deserialize)]
@@ -61,7 +61,11 @@ impl RootfsCache {
     }
 
     /// Where `image`'s content comes from, and its cache key.
-    async fn source(&self, image: &str) -> Result<(Source, String), ProviderError> {
+    async fn source(
+        &self,
+        image: &str,
+        progress: &ProgressSink,
+    ) -> Result<(Source, String), ProviderError> {
         let source = Path::new(image);
         if !source.is_absolute() {
             let docker = self
@@ -72,7 +76,7 @@ impl RootfsCache {
                         "image {image:?} needs the Docker engine, which is not set up"
                     ),
                 })?;
-            let id = docker.image_id(image).await?;
+            let id = docker.image_id(image, progress).await?;
             return Ok((Source::Docker(image.to_owned()), id));
         }
         let metadata = tokio::fs::metadata(source)
@@ -99,9 +103,13 @@ impl RootfsCache {
         }
     }
 
-    /// The root disk of `image`, built when not cached yet.
-    pub async fn root_disk(&self, image: &str) -> Result<PathBuf, ProviderError> {
-        let (source, key) = self.source(image).await?;
+    /// The root disk of `image`, built when not cached yet (a pull reports to `progress`).
+    pub async fn root_disk(
+        &self,
+        image: &str,
+        progress: &ProgressSink,
+    ) -> Result<PathBuf, ProviderError> {
+        let (source, key) = self.source(image, progress).await?;
         let key = hex::encode(Sha256::digest(key.as_bytes()));
         let disk = self.dir.join(format!("{}.ext4", &key[..32]));
         if tokio::fs::metadata(&disk).await.is_ok() {

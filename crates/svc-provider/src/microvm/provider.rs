@@ -371,7 +371,7 @@ impl MicrovmProvider {
     }
 
     async fn spawn_inner(&self, spec: &SpawnSpec) -> Result<(), ProviderError> {
-        let disk = self.images.root_disk(&spec.image).await?;
+        let disk = self.images.root_disk(&spec.image, &spec.progress).await?;
         let files = self.boot_files().await?;
         let vmm = self.vmm(&files).await;
         let dir = self.vm_dir(&spec.id);

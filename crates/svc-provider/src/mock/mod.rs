@@ -481,6 +481,7 @@ mod tests {
             labels: BTreeMap::from([(crate::LABEL_MANAGED.into(), "true".into())]),
             multi_user: false,
             egress: svc_core::egress::Egress::default(),
+            progress: Default::default(),
         }
     }
 

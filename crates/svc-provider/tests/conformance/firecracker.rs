@@ -377,6 +377,7 @@ async fn firecracker_provider_runs_the_whole_path_on_a_fake_vmm() {
         labels: BTreeMap::new(),
         multi_user: false,
         egress: svc_core::egress::Egress::default(),
+        progress: Default::default(),
     };
     provider.spawn(&spec).await.unwrap();
     assert_eq!(fake.requests().len(), 5, "{:?}", fake.requests());

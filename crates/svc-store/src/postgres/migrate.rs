@@ -36,6 +36,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../../migrations/postgres/0008_exec_path.sql"),
     ),
+    (
+        9,
+        include_str!("../../migrations/postgres/0009_template_builds.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

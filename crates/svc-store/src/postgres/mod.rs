@@ -6,6 +6,7 @@
 //! row codec, so both backends return the same values.
 
 mod audit;
+mod builds;
 mod codec;
 mod events;
 mod execs;
@@ -26,18 +27,21 @@ use deadpool_postgres::{Client, Pool};
 use svc_core::access::Role;
 use svc_core::admission::Admission;
 use svc_core::audit::{AuditEntry, AuditFilter};
+use svc_core::build::TemplateBuild;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{SandboxId, Timestamp};
+use svc_core::{BuildId, SandboxId, Timestamp};
 use tokio_postgres::types::ToSql;
 
 use crate::rows::{
     self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
 };
-use crate::{EndedState, KeyPage, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
+use crate::{
+    BuildEnding, EndedState, KeyPage, SandboxFilter, Store, StoreError, StoreResult, StoredExec,
+};
 use codec::{backend, count_at, execute, fetch_all, fetch_opt, insert, params, query, query_one};
 
 /// A store in a PostgreSQL database (or one schema of it).
@@ -134,7 +138,8 @@ struct SandboxSql {
     newest_active_of_owner: String,
 }
 
-static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
+static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| {
+    SandboxSql {
     insert: {
         let placeholders: Vec<String> = (1..=SANDBOX_COLUMN_COUNT)
             .map(|i| format!("${i}"))
@@ -146,7 +151,7 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
     },
     get: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1"),
     mark_running: format!(
-        "UPDATE sandboxes SET state = 'running', exec_path = $2 WHERE id = $1 \
+        "UPDATE sandboxes SET state = 'running', exec_path = $2, state_message = NULL WHERE id = $1 \
          AND state = 'creating' RETURNING {SANDBOX_COLUMNS}"
     ),
     // Whoever held the lease: the sandbox it fenced is gone, so it lapses in the same
@@ -187,6 +192,7 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
         "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE owner_id = $1 AND {HOLDS_RUNTIME} \
          ORDER BY created_at DESC, id DESC LIMIT 1"
     ),
+}
 });
 
 /// Runs a statement that yields at most one sandbox, decoded.
@@ -330,6 +336,19 @@ impl Store for PgStore {
             &[&id.as_str(), &exec_path],
         )
         .await
+    }
+
+    async fn set_creating_message(&self, id: &SandboxId, message: &str) -> StoreResult<bool> {
+        const OP: &str = "set_creating_message";
+        let client = self.client(OP).await?;
+        execute(
+            &client,
+            OP,
+            "UPDATE sandboxes SET state_message = $2 WHERE id = $1 AND state = 'creating'",
+            &[&id.as_str(), &message],
+        )
+        .await
+        .map(|n| n > 0)
     }
 
     async fn end_sandbox(
@@ -644,15 +663,79 @@ impl Store for PgStore {
 
     async fn delete_template(&self, name: &str) -> StoreResult<bool> {
         const OP: &str = "delete_template";
+        let mut client = self.client(OP).await?;
+        let tx = client.transaction().await.map_err(backend(OP))?;
+        let deleted = execute(&tx, OP, "DELETE FROM templates WHERE name = $1", &[&name]).await?;
+        builds::delete_of_template(&tx, name).await?;
+        tx.commit().await.map_err(backend(OP))?;
+        Ok(deleted > 0)
+    }
+
+    async fn insert_build(&self, build: &TemplateBuild, worker_id: &str) -> StoreResult<()> {
+        let client = self.client("insert_build").await?;
+        builds::insert(&client, &rows::BuildRow::from_domain(build, worker_id)).await
+    }
+
+    async fn get_build(
+        &self,
+        template: &str,
+        build_id: &BuildId,
+    ) -> StoreResult<Option<TemplateBuild>> {
+        let client = self.client("get_build").await?;
+        builds::get(&client, template, build_id.as_str()).await
+    }
+
+    async fn list_builds(&self, template: &str, limit: u32) -> StoreResult<Vec<TemplateBuild>> {
+        const OP: &str = "list_builds";
         let client = self.client(OP).await?;
-        execute(
+        builds::list(&client, OP, "template = $1", template, i64::from(limit)).await
+    }
+
+    async fn list_running_builds(&self, worker_id: &str) -> StoreResult<Vec<TemplateBuild>> {
+        const OP: &str = "list_running_builds";
+        let client = self.client(OP).await?;
+        builds::list(
             &client,
             OP,
-            "DELETE FROM templates WHERE name = $1",
-            &[&name],
+            "worker_id = $1 AND status = 'running'",
+            worker_id,
+            i64::MAX,
         )
         .await
-        .map(|n| n > 0)
+    }
+
+    async fn end_build(
+        &self,
+        build_id: &BuildId,
+        ending: &BuildEnding,
+        keep: u32,
+    ) -> StoreResult<Option<TemplateBuild>> {
+        const OP: &str = "end_build";
+        let mut client = self.client(OP).await?;
+        let tx = client.transaction().await.map_err(backend(OP))?;
+        let ended = builds::end(&tx, build_id.as_str(), ending, keep).await?;
+        tx.commit().await.map_err(backend(OP))?;
+        Ok(ended)
+    }
+
+    async fn append_build_log(&self, build_id: &BuildId, lines: &[String]) -> StoreResult<()> {
+        let client = self.client("append_build_log").await?;
+        builds::append_log(&client, build_id.as_str(), lines).await
+    }
+
+    async fn build_log_after(
+        &self,
+        build_id: &BuildId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, String)>> {
+        let client = self.client("build_log_after").await?;
+        builds::log_after(&client, build_id.as_str(), after, limit).await
+    }
+
+    async fn active_images(&self) -> StoreResult<Vec<String>> {
+        let client = self.client("active_images").await?;
+        builds::active_images(&client).await
     }
 
     async fn put_quota(

@@ -5,6 +5,7 @@
 //! one column of its row type ([`Columns`]) and binding a [`Value`].
 
 mod audit;
+mod builds;
 mod execs;
 mod quotas;
 mod sandboxes;
@@ -19,6 +20,7 @@ use svc_core::Timestamp;
 use crate::{StoreError, StoreResult};
 
 pub(crate) use audit::{audit_list_sql, AuditRow, AuditValue, AUDIT_COLUMNS};
+pub(crate) use builds::{BuildRow, BUILD_COLUMNS};
 pub(crate) use execs::{decode_exec, exec_values, EXEC_COLUMNS};
 pub(crate) use quotas::{AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
 pub(crate) use sandboxes::{

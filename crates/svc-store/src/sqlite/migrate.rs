@@ -61,6 +61,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         14,
         include_str!("../../migrations/sqlite/0014_exec_path.sql"),
     ),
+    (
+        15,
+        include_str!("../../migrations/sqlite/0015_template_builds.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -2,6 +2,7 @@
 //! every call run on tokio's blocking pool so the async runtime never waits on disk.
 
 mod audit;
+mod builds;
 mod codec;
 mod connections;
 mod execs;
@@ -20,15 +21,18 @@ use rusqlite::{params, OptionalExtension, ToSql, TransactionBehavior};
 use svc_core::access::Role;
 use svc_core::admission::Admission;
 use svc_core::audit::{AuditEntry, AuditFilter};
+use svc_core::build::TemplateBuild;
 use svc_core::quota::{GlobalLimits, OwnerQuota, QuotaLimits, QuotaSummary};
 use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{SandboxId, Timestamp};
+use svc_core::{BuildId, SandboxId, Timestamp};
 
 use crate::rows::{self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
-use crate::{EndedState, KeyPage, SandboxFilter, Store, StoreError, StoreResult, StoredExec};
+use crate::{
+    BuildEnding, EndedState, KeyPage, SandboxFilter, Store, StoreError, StoreResult, StoredExec,
+};
 use codec::read;
 use connections::Connections;
 
@@ -137,10 +141,11 @@ struct SandboxSql {
     newest_active_of_owner: String,
 }
 
-static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
+static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| {
+    SandboxSql {
     get: format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
     mark_running: format!(
-        "UPDATE sandboxes SET state = 'running', exec_path = ?2 WHERE id = ?1 \
+        "UPDATE sandboxes SET state = 'running', exec_path = ?2, state_message = NULL WHERE id = ?1 \
          AND state = 'creating' RETURNING {SANDBOX_COLUMNS}"
     ),
     end: format!(
@@ -175,6 +180,7 @@ static SANDBOX_SQL: LazyLock<SandboxSql> = LazyLock::new(|| SandboxSql {
         "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE owner_id = ?1 AND {HOLDS_RUNTIME} \
          ORDER BY created_at DESC, id DESC LIMIT 1"
     ),
+}
 });
 
 /// The list statement for `filter` (only the filters set, [`SandboxFilter::list_clause`]) and
@@ -344,6 +350,20 @@ impl Store for SqliteStore {
                 })
                 .await,
         )
+    }
+
+    async fn set_creating_message(&self, id: &SandboxId, message: &str) -> StoreResult<bool> {
+        let (id, message) = (id.to_string(), message.to_owned());
+        self.connections
+            .write("set_creating_message", move |conn| {
+                conn.prepare_cached(
+                    "UPDATE sandboxes SET state_message = ?2 WHERE id = ?1 AND state = 'creating'",
+                )
+                .and_then(|mut stmt| stmt.execute([&id, &message]))
+                .map(|n| n > 0)
+                .map_err(codec::backend("set_creating_message"))
+            })
+            .await
     }
 
     async fn end_sandbox(
@@ -683,11 +703,96 @@ impl Store for SqliteStore {
         let name = name.to_owned();
         self.connections
             .write("delete_template", move |conn| {
-                let deleted = conn
+                const OP: &str = "delete_template";
+                let tx = conn.transaction().map_err(codec::backend(OP))?;
+                let deleted = tx
                     .execute("DELETE FROM templates WHERE name = ?1", [&name])
-                    .map_err(codec::backend("delete_template"))?;
+                    .map_err(codec::backend(OP))?;
+                builds::delete_of_template(&tx, &name)?;
+                tx.commit().map_err(codec::backend(OP))?;
                 Ok(deleted > 0)
             })
+            .await
+    }
+
+    async fn insert_build(&self, build: &TemplateBuild, worker_id: &str) -> StoreResult<()> {
+        let row = rows::BuildRow::from_domain(build, worker_id);
+        self.connections
+            .write("insert_build", move |conn| builds::insert(conn, &row))
+            .await
+    }
+
+    async fn get_build(
+        &self,
+        template: &str,
+        build_id: &BuildId,
+    ) -> StoreResult<Option<TemplateBuild>> {
+        let (template, build_id) = (template.to_owned(), build_id.to_string());
+        self.connections
+            .read("get_build", move |conn| {
+                builds::get(conn, &template, &build_id)
+            })
+            .await
+    }
+
+    async fn list_builds(&self, template: &str, limit: u32) -> StoreResult<Vec<TemplateBuild>> {
+        let template = template.to_owned();
+        self.connections
+            .read("list_builds", move |conn| {
+                builds::list_of_template(conn, &template, limit)
+            })
+            .await
+    }
+
+    async fn list_running_builds(&self, worker_id: &str) -> StoreResult<Vec<TemplateBuild>> {
+        let worker = worker_id.to_owned();
+        self.connections
+            .read("list_running_builds", move |conn| {
+                builds::list_running(conn, &worker)
+            })
+            .await
+    }
+
+    async fn end_build(
+        &self,
+        build_id: &BuildId,
+        ending: &BuildEnding,
+        keep: u32,
+    ) -> StoreResult<Option<TemplateBuild>> {
+        let (build_id, ending) = (build_id.to_string(), ending.clone());
+        self.connections
+            .write("end_build", move |conn| {
+                builds::end(conn, &build_id, &ending, keep)
+            })
+            .await
+    }
+
+    async fn append_build_log(&self, build_id: &BuildId, lines: &[String]) -> StoreResult<()> {
+        let (build_id, lines) = (build_id.to_string(), lines.to_vec());
+        self.connections
+            .write("append_build_log", move |conn| {
+                builds::append_log(conn, &build_id, &lines)
+            })
+            .await
+    }
+
+    async fn build_log_after(
+        &self,
+        build_id: &BuildId,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, String)>> {
+        let build_id = build_id.to_string();
+        self.connections
+            .read("build_log_after", move |conn| {
+                builds::log_after(conn, &build_id, after, limit)
+            })
+            .await
+    }
+
+    async fn active_images(&self) -> StoreResult<Vec<String>> {
+        self.connections
+            .read("active_images", builds::active_images)
             .await
     }
 

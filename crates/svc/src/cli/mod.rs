@@ -69,7 +69,7 @@ enum Command {
     Exec(client::ExecArgs),
     /// Copies files and directories between this machine and a sandbox (`ID:/path`).
     Cp(client::CpArgs),
-    /// Templates on a running server: create, ls, get, update, rm, spawn.
+    /// Templates on a running server: create, ls, get, update, rm, spawn, build.
     Template {
         #[command(subcommand)]
         command: client::TemplateCommand,

@@ -99,6 +99,11 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("PUT", "/templates/{name}", 'C'),
     ("DELETE", "/templates/{name}", 'C'),
     ("POST", "/templates/{name}/spawn", 'L'),
+    ("POST", "/templates/{name}/build", 'C'),
+    ("GET", "/templates/{name}/builds", 'R'),
+    ("GET", "/templates/{name}/builds/{build_id}", 'R'),
+    ("DELETE", "/templates/{name}/builds/{build_id}", 'C'),
+    ("GET", "/templates/{name}/builds/{build_id}/logs", 'R'),
     ("GET", "/workers", 'R'),
     ("GET", "/workers/{workerID}", 'R'),
 ];

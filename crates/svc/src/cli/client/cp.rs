@@ -231,7 +231,7 @@ fn tree_size(dir: &Path) -> std::io::Result<u64> {
 }
 
 /// Appends what is under `dir` as `name/...`, in name order; symlinks stay links.
-fn pack<W: std::io::Write>(
+pub(crate) fn pack<W: std::io::Write>(
     builder: &mut tar::Builder<W>,
     dir: &Path,
     name: &Path,

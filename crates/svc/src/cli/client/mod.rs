@@ -3,6 +3,7 @@
 //! `SVC_API_KEY`, `SVC_TOKEN` (flags win); answers print as tables, or with `--json` as the
 //! server's JSON as it answered; a refused request prints the server's code and message.
 
+mod build;
 pub(crate) mod cp;
 pub(crate) mod events;
 pub(crate) mod exec;

@@ -1,4 +1,4 @@
-//! `svc template create|ls|get|update|rm|spawn`.
+//! `svc template create|ls|get|update|rm|spawn|build`.
 
 use std::process::ExitCode;
 
@@ -101,6 +101,9 @@ pub(crate) enum TemplateCommand {
         /// Its name.
         name: String,
     },
+    /// Builds the template's image from a Dockerfile and a context directory, showing the
+    /// build as it goes; the template then uses the image.
+    Build(super::build::BuildArgs),
     /// Creates a sandbox from a template and prints it.
     Spawn {
         /// Its name.
@@ -121,6 +124,10 @@ fn spawn_body(env: &[String]) -> Result<Value, ClientError> {
 }
 
 pub(crate) async fn run(api: Api, command: TemplateCommand) -> Result<ExitCode, ClientError> {
+    let command = match command {
+        TemplateCommand::Build(args) => return super::build::run(api, args).await,
+        other => other,
+    };
     let (request, columns): (_, &[(&str, &str)]) = match &command {
         TemplateCommand::Create { name, fields } => (
             api.request(Method::POST, "/templates")
@@ -145,6 +152,7 @@ pub(crate) async fn run(api: Api, command: TemplateCommand) -> Result<ExitCode, 
             api.request(Method::DELETE, &format!("/templates/{name}")),
             &[],
         ),
+        TemplateCommand::Build(_) => unreachable!("handled above"),
         TemplateCommand::Spawn { name, env } => (
             api.request(Method::POST, &format!("/templates/{name}/spawn"))
                 .json(&spawn_body(env)?),

@@ -1,0 +1,566 @@
+//! Template builds (decisions §17) on the real engine, from the local test image only (no
+//! registry here): success, a failing step, refused contexts, cancel, two at once, a restart.
+
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::docker::{engine, IMAGE};
+use crate::harness::{wait_for, TestServer};
+
+/// A server with docker enabled (builds use the engine whatever the provider).
+async fn build_server() -> Option<(TestServer, Docker)> {
+    let docker = engine().await?;
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        c.providers.docker.agent = svc_core::config::DockerAgentMode::Never;
+    })
+    .await;
+    Some((server, docker))
+}
+
+async fn template(server: &TestServer, name: &str) {
+    let created = server
+        .post(
+            "/templates",
+            json!({"name": name, "provider": "docker", "image": IMAGE}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+}
+
+/// Starts a build from a JSON body; its ID.
+async fn start(server: &TestServer, name: &str, dockerfile: &str, files: Value) -> String {
+    let accepted = server
+        .post(
+            &format!("/templates/{name}/build"),
+            json!({"dockerfile": dockerfile, "files": files}),
+        )
+        .await;
+    assert_eq!(accepted.status, 202, "{}", accepted.body);
+    assert_eq!(accepted.body["status"], "running");
+    let id = accepted.body["build_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("bd-") && id.len() == 19, "{id}");
+    id
+}
+
+/// One log line and when it arrived.
+struct Line {
+    value: Value,
+    at: Instant,
+}
+
+/// Follows a build's log to its end (or `within`).
+async fn follow(server: &TestServer, name: &str, build: &str, within: Duration) -> Vec<Line> {
+    let response = server
+        .client
+        .get(server.url(&format!("/templates/{name}/builds/{build}/logs")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/x-ndjson",
+        "NDJSON"
+    );
+    let mut body = response.bytes_stream();
+    let mut lines = Vec::new();
+    let mut pending = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while let Ok(Some(chunk)) = tokio::time::timeout_at(deadline, body.next()).await {
+        pending.extend_from_slice(&chunk.unwrap());
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            lines.push(Line {
+                value: serde_json::from_slice(&line).unwrap(),
+                at: Instant::now(),
+            });
+        }
+    }
+    lines
+}
+
+fn result_of(lines: &[Line]) -> &Value {
+    let last = &lines.last().expect("some lines").value;
+    assert_eq!(
+        last["type"], "result",
+        "the last line is the result: {last}"
+    );
+    last
+}
+
+fn output_of(lines: &[Line]) -> String {
+    lines
+        .iter()
+        .filter(|l| l.value["type"] == "output")
+        .map(|l| l.value["data"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn build_record(server: &TestServer, name: &str, build: &str) -> Value {
+    let got = server
+        .get(&format!("/templates/{name}/builds/{build}"))
+        .await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    got.body
+}
+
+/// Removes what a test built (the server removes unused images on its own only once a minute).
+async fn remove_built(docker: &Docker, name: &str) {
+    let images = docker
+        .list_images(None::<bollard::query_parameters::ListImagesOptions>)
+        .await
+        .unwrap_or_default();
+    for tag in images.into_iter().flat_map(|i| i.repo_tags) {
+        if tag.starts_with(&format!("svc-templates/{name}:")) {
+            let _ = docker
+                .remove_image(
+                    &tag,
+                    Some(bollard::query_parameters::RemoveImageOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                    None,
+                )
+                .await;
+        }
+    }
+}
+
+async fn finish(server: TestServer, docker: &Docker, names: &[&str]) {
+    for id in server.listed_ids("?state=all").await {
+        let _ = docker
+            .remove_container(
+                &format!("svc-{id}"),
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+    }
+    server.shutdown().await;
+    for name in names {
+        remove_built(docker, name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_makes_the_template_image_and_its_sandboxes_see_all_of_it() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "Web.App").await;
+    let mut events = server
+        .events(
+            "?types=template.build_started,template.build_succeeded",
+            None,
+        )
+        .await;
+    let dockerfile = format!(
+        "FROM {IMAGE}\nENV GREETING=hello-from-env\nWORKDIR /app\nCOPY greet.txt /app/greet.txt\n\
+         RUN sleep 1 && echo built > /app/built.txt && echo marker-from-run\n"
+    );
+    let build = start(
+        &server,
+        "Web.App",
+        &dockerfile,
+        json!({"greet.txt": "hi from the context\n"}),
+    )
+    .await;
+    let lines = follow(&server, "Web.App", &build, Duration::from_secs(120)).await;
+    let result = result_of(&lines);
+    assert_eq!(result["status"], "succeeded", "{result}");
+    let image = format!("svc-templates/web.app:{build}");
+    assert_eq!(result["image"], image.as_str(), "the name lowercased");
+    let steps: Vec<(u64, String)> = lines
+        .iter()
+        .filter(|l| l.value["type"] == "step")
+        .map(|l| {
+            (
+                l.value["step"].as_u64().unwrap(),
+                l.value["instruction"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(steps.len(), 5, "{steps:?}");
+    assert_eq!(steps[0], (1, format!("FROM {IMAGE}")));
+    assert!(steps[4].1.starts_with("RUN sleep 1"), "{steps:?}");
+    assert!(output_of(&lines).contains("marker-from-run"));
+    // Progress arrives while the build runs, not all at its end.
+    let first = lines.first().unwrap().at;
+    let last = lines.last().unwrap().at;
+    assert!(
+        last.duration_since(first) >= Duration::from_millis(500),
+        "the lines arrived over {:?}, as the build went",
+        last.duration_since(first)
+    );
+
+    let record = build_record(&server, "Web.App", &build).await;
+    assert_eq!(record["status"], "succeeded");
+    assert_eq!(record["image"], image.as_str());
+    assert_eq!(record["template"], "Web.App");
+    assert!(record["ended_at"].is_string());
+    assert!(record["error"].is_null());
+    let listed = server.get("/templates/Web.App/builds").await;
+    assert_eq!(listed.body[0]["build_id"], build.as_str());
+    assert_eq!(
+        server.get("/templates/Web.App").await.body["image"],
+        image.as_str(),
+        "the template points at the build"
+    );
+    let started = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(started.data["type"], "template.build_started");
+    assert_eq!(started.data["data"]["template"], "Web.App");
+    assert_eq!(started.data["data"]["build_id"], build.as_str());
+    let succeeded = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(succeeded.data["type"], "template.build_succeeded");
+    assert_eq!(succeeded.data["data"]["image"], image.as_str());
+
+    // A sandbox of the template sees the COPY, the RUN, the ENV and the WORKDIR.
+    let spawned = server.post("/templates/Web.App/spawn", json!({})).await;
+    assert_eq!(spawned.status, 201, "{}", spawned.body);
+    assert_eq!(spawned.body["image"], image.as_str());
+    let id = spawned.body["id"].as_str().unwrap();
+    let ran = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "cat greet.txt built.txt; echo $GREETING; pwd"}),
+        )
+        .await;
+    assert_eq!(ran.body["exit_code"], 0, "{}", ran.body);
+    assert_eq!(
+        ran.body["stdout"],
+        "hi from the context\nbuilt\nhello-from-env\n/app\n"
+    );
+    finish(server, &docker, &["web.app"]).await;
+}
+
+/// A tar context whose Dockerfile has a failing step.
+fn failing_context() -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    let dockerfile = format!("FROM {IMAGE}\nRUN echo boom-output && exit 3\nRUN echo never\n");
+    let mut header = tar::Header::new_gnu();
+    header.set_size(dockerfile.len() as u64);
+    header.set_mode(0o644);
+    tar.append_data(&mut header, "Dockerfile", dockerfile.as_bytes())
+        .unwrap();
+    tar.into_inner().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_step_is_reported_with_its_output_and_the_template_stays() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "broken").await;
+    let mut events = server.events("?types=template.build_failed", None).await;
+    let accepted = server
+        .client
+        .post(server.url("/templates/broken/build"))
+        .header("content-type", "application/x-tar")
+        .body(failing_context())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let build = accepted.json::<Value>().await.unwrap()["build_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let lines = follow(&server, "broken", &build, Duration::from_secs(120)).await;
+    let result = result_of(&lines);
+    assert_eq!(result["status"], "failed", "{result}");
+    assert!(output_of(&lines).contains("boom-output"));
+    let record = build_record(&server, "broken", &build).await;
+    assert_eq!(record["status"], "failed");
+    assert!(record["image"].is_null());
+    let error = record["error"].as_str().unwrap();
+    assert!(
+        error.contains("step 2 (RUN echo boom-output && exit 3)"),
+        "{error}"
+    );
+    assert!(error.contains("non-zero code: 3"), "{error}");
+    assert!(error.contains("boom-output"), "the step's output: {error}");
+    assert_eq!(result["error"], error);
+    assert_eq!(
+        server.get("/templates/broken").await.body["image"],
+        IMAGE,
+        "a failed build leaves the template as it was"
+    );
+    let failed = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(failed.data["data"]["build_id"], build.as_str());
+    assert_eq!(failed.data["data"]["error"], error);
+    // Past logs read without follow end at once.
+    let past = server
+        .client
+        .get(server.url(&format!(
+            "/templates/broken/builds/{build}/logs?follow=false"
+        )))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let last: Value = serde_json::from_str(past.lines().last().unwrap()).unwrap();
+    assert_eq!(&last, result, "the stored log ends with the result");
+    finish(server, &docker, &["broken"]).await;
+}
+
+/// A tar with one raw entry named exactly `name` (builders refuse `..` and absolute names).
+fn raw_tar(entries: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, kind, link) in entries {
+        let content = if *kind == tar::EntryType::Regular {
+            b"FROM scratch\n".as_slice()
+        } else {
+            b"".as_slice()
+        };
+        let mut header = tar::Header::new_old();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        header.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+        header.set_entry_type(*kind);
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(content);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+    }
+    out.resize(out.len() + 1024, 0);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contexts_leaving_themselves_are_refused_and_record_nothing() {
+    // No engine needed: refusals come before anything is built.
+    let server = TestServer::start().await;
+    let created = server.post("/templates", json!({"name": "ctx"})).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let regular = tar::EntryType::Regular;
+    let symlink = tar::EntryType::Symlink;
+    for (entries, named) in [
+        (
+            vec![("Dockerfile", regular, ""), ("../evil", regular, "")],
+            "../evil",
+        ),
+        (
+            vec![("Dockerfile", regular, ""), ("/etc/evil", regular, "")],
+            "/etc/evil",
+        ),
+        (
+            vec![("Dockerfile", regular, ""), ("a/../../evil", regular, "")],
+            "a/../../evil",
+        ),
+        (
+            vec![
+                ("Dockerfile", regular, ""),
+                ("passwd", symlink, "/etc/passwd"),
+            ],
+            "passwd",
+        ),
+        (
+            vec![("Dockerfile", regular, ""), ("up", symlink, "../../x")],
+            "up",
+        ),
+        (vec![("README", regular, "")], "Dockerfile"),
+    ] {
+        let refused = server
+            .client
+            .post(server.url("/templates/ctx/build"))
+            .header("content-type", "application/x-tar")
+            .body(raw_tar(&entries))
+            .send()
+            .await
+            .unwrap();
+        let status = refused.status();
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["code"], "bad_request");
+        assert!(
+            body["message"].as_str().unwrap().contains(named),
+            "names {named}: {body}"
+        );
+    }
+    for (files, named) in [
+        (json!({"../x": "x"}), "files.../x"),
+        (json!({"/abs": "x"}), "files./abs"),
+    ] {
+        let message = server
+            .post(
+                "/templates/ctx/build",
+                json!({"dockerfile": "FROM scratch", "files": files}),
+            )
+            .await
+            .assert_error(400, "bad_request");
+        assert!(message.contains(named), "names {named}: {message}");
+    }
+    server
+        .post("/templates/ctx/build", json!({"files": {}}))
+        .await
+        .assert_error(400, "bad_request");
+    server
+        .post(
+            "/templates/ctx/build",
+            json!({"dockerfile": "FROM scratch", "encoding": "latin1"}),
+        )
+        .await
+        .assert_error(400, "bad_request");
+    assert_eq!(
+        server.get("/templates/ctx/builds").await.body,
+        json!([]),
+        "no build was recorded"
+    );
+    server
+        .post(
+            "/templates/nope/build",
+            json!({"dockerfile": "FROM scratch"}),
+        )
+        .await
+        .assert_error(404, "not_found");
+    server
+        .get("/templates/ctx/builds/bd-0123456789abcdef")
+        .await
+        .assert_error(404, "not_found");
+    server
+        .get("/templates/ctx/builds/not-a-build")
+        .await
+        .assert_error(404, "not_found");
+    server
+        .delete("/templates/ctx/builds/bd-0123456789abcdef")
+        .await
+        .assert_error(404, "not_found");
+    server.shutdown().await;
+}
+
+/// Whether a container runs `marker` (a build step's intermediate container).
+async fn step_container_runs(docker: &Docker, marker: &str) -> bool {
+    docker
+        .list_containers(None::<bollard::query_parameters::ListContainersOptions>)
+        .await
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.command.as_deref().is_some_and(|cmd| cmd.contains(marker)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_is_cancelled_mid_step_and_the_template_stays() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "slow").await;
+    let marker = "sleep 31";
+    let build = start(
+        &server,
+        "slow",
+        &format!("FROM {IMAGE}\nRUN {marker}\n"),
+        json!({}),
+    )
+    .await;
+    wait_for("the slow step to run", Duration::from_secs(60), || async {
+        step_container_runs(&docker, marker).await
+    })
+    .await;
+    let mut events = server.events("?types=template.build_failed", None).await;
+    let cancelled = server
+        .delete(&format!("/templates/slow/builds/{build}"))
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    assert_eq!(cancelled.body["status"], "cancelled");
+    server
+        .delete(&format!("/templates/slow/builds/{build}"))
+        .await
+        .assert_error(409, "conflict");
+    let failed = events.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(failed.data["data"]["error"], "cancelled");
+    let lines = follow(&server, "slow", &build, Duration::from_secs(20)).await;
+    let result = result_of(&lines);
+    assert_eq!(result["status"], "cancelled");
+    wait_for(
+        "the engine to stop the step",
+        Duration::from_secs(30),
+        || async { !step_container_runs(&docker, marker).await },
+    )
+    .await;
+    assert_eq!(
+        build_record(&server, "slow", &build).await["status"],
+        "cancelled"
+    );
+    assert_eq!(server.get("/templates/slow").await.body["image"], IMAGE);
+    finish(server, &docker, &["slow"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_templates_build_at_once() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "one").await;
+    template(&server, "two").await;
+    let dockerfile = format!("FROM {IMAGE}\nRUN sleep 2 && echo done\n");
+    let first = start(&server, "one", &dockerfile, json!({})).await;
+    let second = start(&server, "two", &dockerfile, json!({})).await;
+    let (a, b) = tokio::join!(
+        follow(&server, "one", &first, Duration::from_secs(120)),
+        follow(&server, "two", &second, Duration::from_secs(120)),
+    );
+    assert_eq!(result_of(&a)["status"], "succeeded");
+    assert_eq!(result_of(&b)["status"], "succeeded");
+    let step_at = |lines: &[Line]| {
+        lines
+            .iter()
+            .find(|l| l.value["type"] == "step" && l.value["step"] == 2)
+            .unwrap()
+            .at
+    };
+    let end_at = |lines: &[Line]| lines.last().unwrap().at;
+    assert!(
+        step_at(&a) < end_at(&b) && step_at(&b) < end_at(&a),
+        "each build's slow step started before the other build ended"
+    );
+    finish(server, &docker, &["one", "two"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_build_leaves_it_failed_not_stuck() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "restarted").await;
+    let marker = "sleep 32";
+    let build = start(
+        &server,
+        "restarted",
+        &format!("FROM {IMAGE}\nRUN {marker}\n"),
+        json!({}),
+    )
+    .await;
+    wait_for("the slow step to run", Duration::from_secs(60), || async {
+        step_container_runs(&docker, marker).await
+    })
+    .await;
+    let server = server.restart().await;
+    let record = build_record(&server, "restarted", &build).await;
+    assert_eq!(record["status"], "failed", "{record}");
+    assert!(
+        record["error"].as_str().unwrap().contains("restarted"),
+        "{record}"
+    );
+    let lines = follow(&server, "restarted", &build, Duration::from_secs(10)).await;
+    assert_eq!(result_of(&lines)["status"], "failed");
+    assert_eq!(
+        server.get("/templates/restarted").await.body["image"],
+        IMAGE
+    );
+    wait_for(
+        "the engine to stop the step",
+        Duration::from_secs(30),
+        || async { !step_container_runs(&docker, marker).await },
+    )
+    .await;
+    finish(server, &docker, &["restarted"]).await;
+}
