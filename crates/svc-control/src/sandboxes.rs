@@ -296,6 +296,7 @@ impl ControlPlane {
         self.inner.held_leases.forget(destroyed.id.as_str());
         self.inner.exec_jobs.forget(&destroyed.id);
         self.spawn_queue().capacity_changed();
+        self.built_image_released(&destroyed.image);
         self.events().publish_in(
             &destroyed.tenant_id,
             Some(&destroyed.id),

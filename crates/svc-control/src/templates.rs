@@ -162,16 +162,21 @@ impl ControlPlane {
             .await?
             .ok_or_else(|| Error::not_found(Resource::Template, name))?;
         self.inner.warm.templates_changed();
-        self.owe_image_collection();
+        if existing.image != updated.image {
+            self.built_image_released(&existing.image);
+        }
         Ok(self.with_warm_ready(updated))
     }
 
     /// `DELETE /templates/{name}`.
     pub async fn delete_template(&self, principal: &Principal, name: &str) -> Result<(), Error> {
         self.authorize(principal, Action::WriteTemplates)?;
+        let image = self.store().get_template(name).await?.map(|t| t.image);
         if self.store().delete_template(name).await? {
             self.inner.warm.templates_changed();
-            self.owe_image_collection();
+            if let Some(image) = image {
+                self.built_image_released(&image);
+            }
             Ok(())
         } else {
             Err(Error::not_found(Resource::Template, name))

@@ -128,6 +128,9 @@ pub enum BuildLogLine {
     },
 }
 
+/// The start of every built image's name.
+pub const BUILT_IMAGE_PREFIX: &str = "svc-templates/";
+
 /// The repository svc tags template `name`'s builds with: `svc-templates/` and the name
 /// lowercased, with what a Docker repository name cannot hold replaced by `-` (runs of
 /// separators other than `.`, `_`, `__` or dashes; separators at either end are dropped).
@@ -153,7 +156,7 @@ pub fn build_repository(name: &str) -> String {
     if out.is_empty() {
         out.push_str("template");
     }
-    format!("svc-templates/{out}")
+    format!("{BUILT_IMAGE_PREFIX}{out}")
 }
 
 /// The image a build of template `name` makes.

@@ -1,17 +1,16 @@
 //! Built images after their build: the template points at the newest, and older ones are
 //! removed once nothing uses them (no template, no sandbox holding a runtime, no container:
 //! the engine itself refuses to remove an image a container, a warm runtime say, still uses).
+//! A pass runs when a built image loses a user, and from the reaper while one is still used.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
+use svc_core::build::BUILT_IMAGE_PREFIX;
 use svc_core::Error;
 use svc_store::KeyPage;
 
 use crate::ControlPlane;
-
-/// The prefix of every built image's repository.
-const BUILT: &str = "svc-templates/";
 
 impl ControlPlane {
     /// Points template `name` at `image` (its warm runtimes are replaced). False when the
@@ -20,18 +19,31 @@ impl ControlPlane {
         let Some(mut template) = self.store().get_template(name).await? else {
             return Ok(false);
         };
-        template.image = image.to_owned();
+        let previous = std::mem::replace(&mut template.image, image.to_owned());
         template.updated_at = self.clock().now();
         let updated = self.store().update_template(&template).await?.is_some();
         if updated {
             self.inner.warm.templates_changed();
+            self.built_image_released(&previous);
+        } else {
+            self.built_image_released(image);
         }
-        self.owe_image_collection();
         Ok(updated)
     }
 
-    /// A built image may have lost its last user (its template moved on or went).
-    pub(crate) fn owe_image_collection(&self) {
+    /// `image` lost a user (a template moved on or went, a sandbox ended): when it is a built
+    /// image, a collection pass runs in the background.
+    pub(crate) fn built_image_released(&self, image: &str) {
+        if !image.starts_with(BUILT_IMAGE_PREFIX) {
+            return;
+        }
+        self.owe_image_collection();
+        let plane = self.clone();
+        tokio::spawn(async move { plane.collect_built_images().await });
+    }
+
+    /// A built image may have lost its last user: the next collection pass runs.
+    fn owe_image_collection(&self) {
         self.inner
             .builds
             .collection_owed
@@ -60,7 +72,13 @@ impl ControlPlane {
                 return;
             }
         };
-        let tags = match builder.tagged_images(BUILT).await {
+        let tags = match builder
+            .tagged_images(
+                BUILT_IMAGE_PREFIX,
+                (svc_provider::LABEL_BUILT_BY, &self.inner.installation_id),
+            )
+            .await
+        {
             Ok(tags) => tags,
             Err(err) => {
                 tracing::debug!(error = %err, "collecting built images: the engine did not answer");

@@ -271,7 +271,9 @@ impl ControlPlane {
         Ok(failed)
     }
 
-    /// Ends `build` with its result line and event; `None` when it had already ended.
+    /// Ends `build` (one caller wins: `None` when it had already ended), points its template
+    /// at the image on success, then stores the result line and publishes the event: whoever
+    /// sees the result sees the template as it now is.
     async fn end_build_as(
         &self,
         build: &TemplateBuild,
@@ -285,12 +287,40 @@ impl ControlPlane {
             error: error.clone(),
             at: self.clock().now(),
         };
+        let ended = match self
+            .store()
+            .end_build(&build.build_id, &ending, KEPT_BUILDS)
+            .await
+        {
+            Ok(Some(ended)) => ended,
+            Ok(None) => {
+                // Cancelled at the last moment: an image it made is collected as unused.
+                if let Some(image) = &image {
+                    self.built_image_released(image);
+                }
+                return None;
+            }
+            Err(err) => {
+                tracing::error!(build_id = %build.build_id, error = %err, "ending a build failed; a restart marks it failed");
+                return None;
+            }
+        };
+        if let Some(image) = &image {
+            match self.point_template_at(&ended.template, image).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(template = %ended.template, build_id = %ended.build_id, "the template was deleted during its build; its image is collected");
+                }
+                Err(err) => {
+                    tracing::error!(template = %ended.template, build_id = %ended.build_id, error = %err, "pointing the template at its built image failed");
+                }
+            }
+        }
         let line = encode(&BuildLogLine::Result {
             status,
             image,
             error,
         });
-        // The result line first: a follower that sees the build ended finds it.
         if let Err(err) = self
             .store()
             .append_build_log(&build.build_id, &[line])
@@ -298,17 +328,6 @@ impl ControlPlane {
         {
             tracing::warn!(build_id = %build.build_id, error = %err, "storing a build's result line failed");
         }
-        let ended = match self
-            .store()
-            .end_build(&build.build_id, &ending, KEPT_BUILDS)
-            .await
-        {
-            Ok(ended) => ended?,
-            Err(err) => {
-                tracing::error!(build_id = %build.build_id, error = %err, "ending a build failed; a restart marks it failed");
-                return None;
-            }
-        };
         let payload = if status == BuildStatus::Succeeded {
             EventPayload::TemplateBuildSucceeded(build_event(&ended))
         } else {

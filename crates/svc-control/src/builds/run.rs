@@ -158,7 +158,15 @@ pub(super) async fn run(
     let outcome = build_in_slot(&plane, builder.as_ref(), &tag, context, &running, &mut log).await;
     log.flush().await;
     match outcome {
-        Outcome::Built => succeed(&plane, &build, &tag).await,
+        Outcome::Built => {
+            if plane
+                .end_build_as(&build, BuildStatus::Succeeded, Some(tag.clone()), None)
+                .await
+                .is_some()
+            {
+                tracing::info!(template = %build.template, build_id = %build.build_id, image = %tag, "template build succeeded");
+            }
+        }
         Outcome::Failed(error) => {
             tracing::info!(template = %build.template, build_id = %build.build_id, error = %error, "template build failed");
             plane
@@ -214,13 +222,24 @@ async fn build_in_slot(
         () = plane.shutdown_token().cancelled() => return Outcome::Interrupted,
     };
     let timeout = plane.config().defaults.build_timeout;
+    // Marks the image this installation's, so only its own built images are collected.
+    let labels = std::collections::BTreeMap::from([
+        (
+            svc_provider::LABEL_BUILT_BY.to_owned(),
+            plane.inner.installation_id.clone(),
+        ),
+        (
+            svc_provider::LABEL_BUILT_FOR.to_owned(),
+            log.build.template.clone(),
+        ),
+    ]);
     let (sender, mut updates) = mpsc::unbounded_channel::<BuildUpdate>();
     let report = move |update: BuildUpdate| {
         let _ = sender.send(update);
     };
     let building = tokio::time::timeout(
         timeout.as_std(),
-        builder.build(tag, context.into_stream(), &report),
+        builder.build(tag, &labels, context.into_stream(), &report),
     );
     let mut building = std::pin::pin!(building);
     let mut steps = Steps::default();
@@ -272,28 +291,6 @@ async fn ended_elsewhere(plane: &ControlPlane, build: &TemplateBuild) -> bool {
         plane.store().get_build(&build.template, &build.build_id).await,
         Ok(Some(record)) if record.status != BuildStatus::Running
     )
-}
-
-/// Ends the build as succeeded and points its template at `image`.
-async fn succeed(plane: &ControlPlane, build: &TemplateBuild, image: &str) {
-    let Some(ended) = plane
-        .end_build_as(build, BuildStatus::Succeeded, Some(image.to_owned()), None)
-        .await
-    else {
-        // Cancelled at the last moment: the image is collected as unused.
-        return;
-    };
-    match plane.point_template_at(&ended.template, image).await {
-        Ok(true) => {
-            tracing::info!(template = %ended.template, build_id = %ended.build_id, image, "template build succeeded");
-        }
-        Ok(false) => {
-            tracing::info!(template = %ended.template, build_id = %ended.build_id, "the template was deleted during its build; its image is collected");
-        }
-        Err(err) => {
-            tracing::error!(template = %ended.template, build_id = %ended.build_id, error = %err, "pointing the template at its built image failed");
-        }
-    }
 }
 
 #[cfg(test)]

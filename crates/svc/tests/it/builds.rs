@@ -1,6 +1,10 @@
-//! Template builds (decisions §17) on the real engine, from the local test image only (no
-//! registry here): success, a failing step, refused contexts, cancel, two at once, a restart.
+//! Template builds and pull progress (decisions §17) on the real engine, from the local test
+//! image (no registry is reachable here; pulls come from the test's own, `registry.rs`):
+//! success, a failing step, refused contexts, cancel, two at once, a restart, collection of
+//! unused images, and a spawn that pulls.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -9,6 +13,11 @@ use serde_json::{json, Value};
 
 use crate::docker::{engine, IMAGE};
 use crate::harness::{wait_for, TestServer};
+
+/// A fresh value, so no step of a test's Dockerfile comes from the engine's build cache.
+fn nonce() -> String {
+    svc_core::BuildId::generate().as_str()[3..].to_owned()
+}
 
 /// A server with docker enabled (builds use the engine whatever the provider).
 async fn build_server() -> Option<(TestServer, Docker)> {
@@ -161,9 +170,9 @@ async fn a_build_makes_the_template_image_and_its_sandboxes_see_all_of_it() {
         )
         .await;
     let dockerfile = format!(
-        "FROM {IMAGE}\nENV GREETING=hello-from-env\nWORKDIR /app\nCOPY greet.txt /app/greet.txt\n\
+        "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nENV GREETING=hello-from-env\nWORKDIR /app\nCOPY greet.txt /app/greet.txt\n\
          RUN sleep 1 && echo built > /app/built.txt && echo marker-from-run\n"
-    );
+    , nonce());
     let build = start(
         &server,
         "Web.App",
@@ -186,9 +195,9 @@ async fn a_build_makes_the_template_image_and_its_sandboxes_see_all_of_it() {
             )
         })
         .collect();
-    assert_eq!(steps.len(), 5, "{steps:?}");
+    assert_eq!(steps.len(), 6, "{steps:?}");
     assert_eq!(steps[0], (1, format!("FROM {IMAGE}")));
-    assert!(steps[4].1.starts_with("RUN sleep 1"), "{steps:?}");
+    assert!(steps[5].1.starts_with("RUN sleep 1"), "{steps:?}");
     assert!(output_of(&lines).contains("marker-from-run"));
     // Progress arrives while the build runs, not all at its end.
     let first = lines.first().unwrap().at;
@@ -242,7 +251,10 @@ async fn a_build_makes_the_template_image_and_its_sandboxes_see_all_of_it() {
 /// A tar context whose Dockerfile has a failing step.
 fn failing_context() -> Vec<u8> {
     let mut tar = tar::Builder::new(Vec::new());
-    let dockerfile = format!("FROM {IMAGE}\nRUN echo boom-output && exit 3\nRUN echo never\n");
+    let dockerfile = format!(
+        "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN echo boom-output && exit 3\nRUN echo never\n",
+        nonce()
+    );
     let mut header = tar::Header::new_gnu();
     header.set_size(dockerfile.len() as u64);
     header.set_mode(0o644);
@@ -280,7 +292,7 @@ async fn a_failing_step_is_reported_with_its_output_and_the_template_stays() {
     assert!(record["image"].is_null());
     let error = record["error"].as_str().unwrap();
     assert!(
-        error.contains("step 2 (RUN echo boom-output && exit 3)"),
+        error.contains("step 3 (RUN echo boom-output && exit 3)"),
         "{error}"
     );
     assert!(error.contains("non-zero code: 3"), "{error}");
@@ -457,7 +469,10 @@ async fn a_build_is_cancelled_mid_step_and_the_template_stays() {
     let build = start(
         &server,
         "slow",
-        &format!("FROM {IMAGE}\nRUN {marker}\n"),
+        &format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN {marker}\n",
+            nonce()
+        ),
         json!({}),
     )
     .await;
@@ -501,7 +516,10 @@ async fn two_templates_build_at_once() {
     };
     template(&server, "one").await;
     template(&server, "two").await;
-    let dockerfile = format!("FROM {IMAGE}\nRUN sleep 2 && echo done\n");
+    let dockerfile = format!(
+        "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN sleep 2 && echo done\n",
+        nonce()
+    );
     let first = start(&server, "one", &dockerfile, json!({})).await;
     let second = start(&server, "two", &dockerfile, json!({})).await;
     let (a, b) = tokio::join!(
@@ -513,7 +531,7 @@ async fn two_templates_build_at_once() {
     let step_at = |lines: &[Line]| {
         lines
             .iter()
-            .find(|l| l.value["type"] == "step" && l.value["step"] == 2)
+            .find(|l| l.value["type"] == "step" && l.value["step"] == 3)
             .unwrap()
             .at
     };
@@ -535,7 +553,10 @@ async fn a_restart_during_a_build_leaves_it_failed_not_stuck() {
     let build = start(
         &server,
         "restarted",
-        &format!("FROM {IMAGE}\nRUN {marker}\n"),
+        &format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN {marker}\n",
+            nonce()
+        ),
         json!({}),
     )
     .await;
@@ -563,4 +584,198 @@ async fn a_restart_during_a_build_leaves_it_failed_not_stuck() {
     )
     .await;
     finish(server, &docker, &["restarted"]).await;
+}
+
+async fn image_exists(docker: &Docker, image: &str) -> bool {
+    docker.inspect_image(image).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_image_stays_while_a_sandbox_uses_it_and_goes_after() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "layers").await;
+    let first = start(
+        &server,
+        "layers",
+        &format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN echo one > /v\n",
+            nonce()
+        ),
+        json!({}),
+    )
+    .await;
+    let lines = follow(&server, "layers", &first, Duration::from_secs(120)).await;
+    let v1 = result_of(&lines)["image"].as_str().unwrap().to_owned();
+    let spawned = server.post("/templates/layers/spawn", json!({})).await;
+    assert_eq!(spawned.status, 201, "{}", spawned.body);
+    let sandbox = spawned.body["id"].as_str().unwrap().to_owned();
+
+    let second = start(
+        &server,
+        "layers",
+        &format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN echo two > /v\n",
+            nonce()
+        ),
+        json!({}),
+    )
+    .await;
+    let lines = follow(&server, "layers", &second, Duration::from_secs(120)).await;
+    let v2 = result_of(&lines)["image"].as_str().unwrap().to_owned();
+    assert_eq!(
+        server.get("/templates/layers").await.body["image"],
+        v2.as_str()
+    );
+    // The collection after the build ran; the sandbox keeps the first image alive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(image_exists(&docker, &v1).await, "{v1} is still used");
+    let ran = server
+        .post(
+            &format!("/sandboxes/{sandbox}/exec"),
+            json!({"command": "cat /v"}),
+        )
+        .await;
+    assert_eq!(ran.body["stdout"], "one\n");
+
+    assert_eq!(
+        server.delete(&format!("/sandboxes/{sandbox}")).await.status,
+        200
+    );
+    wait_for(
+        "the unused image to go",
+        Duration::from_secs(20),
+        || async { !image_exists(&docker, &v1).await },
+    )
+    .await;
+    assert!(
+        image_exists(&docker, &v2).await,
+        "the template's image stays"
+    );
+    assert_eq!(server.delete("/templates/layers").await.status, 200);
+    wait_for(
+        "the deleted template's image to go",
+        Duration::from_secs(20),
+        || async { !image_exists(&docker, &v2).await },
+    )
+    .await;
+    finish(server, &docker, &["layers"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_that_pulls_shows_how_far_the_pull_is() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    let registry = crate::registry::serve(6 << 20, Duration::from_millis(60)).await;
+    // A fresh tag: the engine pulls it whatever earlier runs left.
+    let image = format!("{}/svc-test/pulled:{}", registry.host, nonce());
+    let mut events = server.events("?types=image.pulling", None).await;
+    // Events are read as they come (their arrival times show the pace).
+    let spawned_flag = Arc::new(AtomicBool::new(false));
+    let collecting = {
+        let spawned_flag = Arc::clone(&spawned_flag);
+        tokio::spawn(async move {
+            let mut pulls = Vec::new();
+            loop {
+                match events.next(Duration::from_millis(700)).await {
+                    Some(event) => pulls.push((Instant::now(), event)),
+                    None if spawned_flag.load(Ordering::SeqCst) => return pulls,
+                    None => {}
+                }
+            }
+        })
+    };
+    let spawning = {
+        let (client, url, image) = (
+            server.client.clone(),
+            server.url("/sandboxes"),
+            image.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&json!({"provider": "docker", "image": image}))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let creating = server.get("/sandboxes?state=creating").await;
+        let message = creating.body[0]["state_message"]
+            .as_str()
+            .map(str::to_owned);
+        if let Some(message) = message.filter(|m| m.contains("pulling image")) {
+            break message;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no creating sandbox showed pull progress"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        message.starts_with(&format!("pulling image {image}: ")),
+        "{message}"
+    );
+    assert!(
+        message.contains(" MB of ") && message.ends_with("%)"),
+        "{message}"
+    );
+
+    let spawned = spawning.await.unwrap();
+    assert_eq!(spawned.status(), 201);
+    let sandbox: Value = spawned.json().await.unwrap();
+    assert_eq!(sandbox["state"], "running");
+    assert!(
+        sandbox["state_message"].is_null(),
+        "running clears it: {sandbox}"
+    );
+    spawned_flag.store(true, Ordering::SeqCst);
+    let pulls = collecting.await.unwrap();
+    assert!(
+        pulls.len() >= 2,
+        "a slow pull reports more than once: {}",
+        pulls.len()
+    );
+    for (_, event) in &pulls {
+        assert_eq!(event.data["type"], "image.pulling");
+        assert_eq!(event.data["sandbox_id"], sandbox["id"]);
+        let data = &event.data["data"];
+        assert_eq!(data["image"], image.as_str());
+        assert!(data["current_bytes"].as_u64().unwrap() <= data["total_bytes"].as_u64().unwrap());
+        assert!(data["total_bytes"].as_u64().unwrap() > 6 << 20, "{data}");
+    }
+    for pair in pulls.windows(2) {
+        assert!(
+            pair[1].0.duration_since(pair[0].0) >= Duration::from_millis(300),
+            "at most twice a second"
+        );
+    }
+    let first = pulls[0].1.data["data"]["current_bytes"].as_u64().unwrap();
+    let last = pulls.last().unwrap().1.data["data"]["current_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(last > first, "the figures move: {first} then {last}");
+    let ran = server
+        .post(
+            &format!("/sandboxes/{}/exec", sandbox["id"].as_str().unwrap()),
+            json!({"command": "echo pulled"}),
+        )
+        .await;
+    assert_eq!(ran.body["stdout"], "pulled\n", "{}", ran.body);
+    finish(server, &docker, &[]).await;
+    let _ = docker
+        .remove_image(
+            &image,
+            Some(bollard::query_parameters::RemoveImageOptions {
+                force: true,
+                ..Default::default()
+            }),
+            None,
+        )
+        .await;
 }

@@ -33,6 +33,7 @@ mod queue;
 mod quotas;
 mod ratelimit;
 mod reconcile;
+mod registry;
 mod replicas;
 mod sdks;
 mod system;
