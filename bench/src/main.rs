@@ -5,6 +5,7 @@
 //! through the API and directly on the host (`--baseline`), so the two can be compared in one
 //! run on one machine.
 
+mod build;
 mod docker;
 mod exec;
 mod governance;
@@ -46,6 +47,8 @@ enum Scenario {
     Files(exec::FilesArgs),
     /// The docker provider next to the raw Engine API: spawn-to-first-exec, exec, destroy.
     Docker(docker::DockerArgs),
+    /// Template builds through svc next to the same builds through the Engine API.
+    TemplateBuild(build::BuildArgs),
     /// Saves a quota for each of N owners (set-up of a governance run).
     Quotas(governance::QuotaArgs),
     /// Destroy → queued spawn answered, on a server with max_sandboxes 1 in queue mode.
@@ -82,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::StreamThroughput(throughput) => exec::throughput(&args.url, &throughput).await,
         Scenario::Files(files) => exec::files(&args.url, &files).await,
         Scenario::Docker(docker) => docker::run(&args.url, &docker).await,
+        Scenario::TemplateBuild(build) => build::run(&args.url, &build).await,
         Scenario::Quotas(quotas) => governance::save_quotas(&args.url, &quotas).await,
         Scenario::QueueWakeup(wakeup) => governance::queue_wakeup(&args.url, &wakeup).await,
         Scenario::Leases(leases) => leases::run(&leases).await,

@@ -18,7 +18,7 @@ mod provider;
 mod pull;
 pub mod shell_files;
 
-pub use builder::{BuildUpdate, ImageBuilder, LABEL_BUILT_BY, LABEL_BUILT_FOR};
+pub use builder::{BuildUpdate, ImageBuilder};
 pub use error::ProviderError;
 pub use exec::{
     ExecChunk, ExecControl, ExecSession, ExecSpec, ExecState, ExecUser, ExitStatus, OutputStream,

@@ -268,8 +268,9 @@ pub trait Store: Send + Sync + 'static {
     /// The builds `worker_id` runs (state `running`), in one query.
     async fn list_running_builds(&self, worker_id: &str) -> StoreResult<Vec<TemplateBuild>>;
 
-    /// Ends a `running` build as `ending` says, and keeps only the newest `keep` ended builds
-    /// of its template (older ones go with their logs), in one transaction. Returns the updated
+    /// Ends a `running` build as `ending` says, records its image (when it made one) among the
+    /// built images of the worker that ran it, and keeps only the newest `keep` ended builds of
+    /// its template (older ones go with their logs), in one transaction. Returns the updated
     /// build, or `None` when it does not exist or has already ended (so exactly one caller
     /// wins).
     async fn end_build(
@@ -290,6 +291,12 @@ pub trait Store: Send + Sync + 'static {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<(i64, String)>>;
+
+    /// The images builds of `worker_id` made that are not known to be removed yet.
+    async fn list_built_images(&self, worker_id: &str) -> StoreResult<Vec<String>>;
+
+    /// Forgets a built image (removed from its engine); false when it was not recorded.
+    async fn forget_built_image(&self, image: &str) -> StoreResult<bool>;
 
     /// The images of sandboxes holding a runtime (`creating`, `running`, `paused`), each once.
     async fn active_images(&self) -> StoreResult<Vec<String>>;

@@ -711,11 +711,31 @@ async fn template_builds_end_once_and_are_trimmed(store: &dyn Store) {
         Some("svc-templates/web:x")
     );
 
+    assert_eq!(
+        store.list_built_images("w2").await.unwrap(),
+        ["svc-templates/web:x"],
+        "a succeeded build's image is recorded for the worker that ran it"
+    );
+    assert!(store.list_built_images("w1").await.unwrap().is_empty());
     store
         .append_build_log(&second.build_id, &lines)
         .await
         .unwrap();
     assert!(store.delete_template("web").await.unwrap());
+    assert_eq!(
+        store.list_built_images("w2").await.unwrap(),
+        ["svc-templates/web:x"],
+        "the image outlives its template until it is removed"
+    );
+    assert!(store
+        .forget_built_image("svc-templates/web:x")
+        .await
+        .unwrap());
+    assert!(!store
+        .forget_built_image("svc-templates/web:x")
+        .await
+        .unwrap());
+    assert!(store.list_built_images("w2").await.unwrap().is_empty());
     assert!(store.list_builds("web", 10).await.unwrap().is_empty());
     assert!(store
         .build_log_after(&second.build_id, 0, 10)

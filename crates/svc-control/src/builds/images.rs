@@ -1,6 +1,8 @@
 //! Built images after their build: the template points at the newest, and older ones are
 //! removed once nothing uses them (no template, no sandbox holding a runtime, no container:
 //! the engine itself refuses to remove an image a container, a warm runtime say, still uses).
+//! The store records which images this worker's builds made (`built_images`), so only those are
+//! ever removed, from the engine that holds them.
 //! A pass runs when a built image loses a user, and from the reaper while one is still used.
 
 use std::collections::HashSet;
@@ -72,31 +74,26 @@ impl ControlPlane {
                 return;
             }
         };
-        let tags = match builder
-            .tagged_images(
-                BUILT_IMAGE_PREFIX,
-                (svc_provider::LABEL_BUILT_BY, &self.inner.installation_id),
-            )
-            .await
-        {
-            Ok(tags) => tags,
+        let built = match self.store().list_built_images(self.worker_id()).await {
+            Ok(built) => built,
             Err(err) => {
-                tracing::debug!(error = %err, "collecting built images: the engine did not answer");
+                tracing::debug!(error = %err, "collecting built images: the store did not answer");
+                self.owe_image_collection();
                 return;
             }
         };
         let mut in_use = false;
-        for tag in tags {
-            let build_id = tag.rsplit(':').next().unwrap_or_default();
-            // A build that just tagged its image has not pointed its template yet.
-            if kept.contains(&tag) || self.inner.builds.is_running(build_id) {
-                continue;
-            }
-            match builder.remove_image(&tag).await {
-                Ok(true) => tracing::info!(image = %tag, "removed a built image nothing uses"),
+        for image in built.into_iter().filter(|image| !kept.contains(image)) {
+            match builder.remove_image(&image).await {
+                Ok(true) => {
+                    tracing::info!(image = %image, "removed a built image nothing uses");
+                    if let Err(err) = self.store().forget_built_image(&image).await {
+                        tracing::warn!(image = %image, error = %err, "forgetting a removed built image failed");
+                    }
+                }
                 Ok(false) => in_use = true,
                 Err(err) => {
-                    tracing::warn!(image = %tag, error = %err, "removing a built image failed");
+                    tracing::debug!(image = %image, error = %err, "removing a built image failed; retried later");
                     in_use = true;
                 }
             }

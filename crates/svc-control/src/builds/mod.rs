@@ -87,10 +87,6 @@ impl Builds {
             .get(id)
             .cloned()
     }
-
-    fn is_running(&self, id: &str) -> bool {
-        BuildId::parse(id).is_ok_and(|id| self.get(&id).is_some())
-    }
 }
 
 fn parse_build_id(id: &str) -> Result<BuildId, Error> {
@@ -294,9 +290,13 @@ impl ControlPlane {
         {
             Ok(Some(ended)) => ended,
             Ok(None) => {
-                // Cancelled at the last moment: an image it made is collected as unused.
-                if let Some(image) = &image {
-                    self.built_image_released(image);
+                // Cancelled at the last moment: the image it made is nobody's.
+                if let (Some(image), Some(builder)) = (image, self.inner.builder.clone()) {
+                    tokio::spawn(async move {
+                        if let Err(err) = builder.remove_image(&image).await {
+                            tracing::warn!(image = %image, error = %err, "removing the image of a cancelled build failed");
+                        }
+                    });
                 }
                 return None;
             }

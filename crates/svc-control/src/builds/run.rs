@@ -222,24 +222,13 @@ async fn build_in_slot(
         () = plane.shutdown_token().cancelled() => return Outcome::Interrupted,
     };
     let timeout = plane.config().defaults.build_timeout;
-    // Marks the image this installation's, so only its own built images are collected.
-    let labels = std::collections::BTreeMap::from([
-        (
-            svc_provider::LABEL_BUILT_BY.to_owned(),
-            plane.inner.installation_id.clone(),
-        ),
-        (
-            svc_provider::LABEL_BUILT_FOR.to_owned(),
-            log.build.template.clone(),
-        ),
-    ]);
     let (sender, mut updates) = mpsc::unbounded_channel::<BuildUpdate>();
     let report = move |update: BuildUpdate| {
         let _ = sender.send(update);
     };
     let building = tokio::time::timeout(
         timeout.as_std(),
-        builder.build(tag, &labels, context.into_stream(), &report),
+        builder.build(tag, context.into_stream(), &report),
     );
     let mut building = std::pin::pin!(building);
     let mut steps = Steps::default();

@@ -422,6 +422,13 @@ impl Store for FaultyStore {
     ) -> StoreResult<Vec<(i64, String)>> {
         self.inner.build_log_after(build_id, after, limit).await
     }
+    async fn list_built_images(&self, worker_id: &str) -> StoreResult<Vec<String>> {
+        self.inner.list_built_images(worker_id).await
+    }
+    async fn forget_built_image(&self, image: &str) -> StoreResult<bool> {
+        self.write("forget_built_image")?;
+        self.inner.forget_built_image(image).await
+    }
     async fn active_images(&self) -> StoreResult<Vec<String>> {
         self.inner.active_images().await
     }

@@ -1,10 +1,8 @@
 //! Template builds on the engine's build API (the classic builder, no CLI): the context streams
 //! to the engine, and its progress messages become [`BuildUpdate`]s.
 
-use std::collections::{BTreeMap, HashMap};
-
 use async_trait::async_trait;
-use bollard::query_parameters::{BuildImageOptions, ListImagesOptions, RemoveImageOptions};
+use bollard::query_parameters::{BuildImageOptions, RemoveImageOptions};
 use futures::StreamExt;
 
 use super::errors::{engine_error, status_of};
@@ -26,7 +24,6 @@ impl ImageBuilder for DockerProvider {
     async fn build(
         &self,
         tag: &str,
-        labels: &BTreeMap<String, String>,
         context: ByteStream,
         report: &(dyn Fn(BuildUpdate) + Send + Sync),
     ) -> Result<(), ProviderError> {
@@ -34,7 +31,6 @@ impl ImageBuilder for DockerProvider {
         let options = BuildImageOptions {
             dockerfile: "Dockerfile".to_owned(),
             t: Some(tag.to_owned()),
-            labels: Some(labels.clone().into_iter().collect()),
             rm: true,
             forcerm: true,
             ..Default::default()
@@ -44,14 +40,6 @@ impl ImageBuilder for DockerProvider {
         let body = context.map(|chunk| chunk.map_err(std::io::Error::other));
         let mut stream = docker.build_image(options, None, Some(bollard::body_try_stream(body)));
         let mut pulls = PullTally::default();
-        // The classic builder applies `labels` as extra `LABEL` steps at the end: they are svc's,
-        // not the Dockerfile's, so neither they nor their output are reported.
-        let own_step = |instruction: &str| {
-            labels
-                .keys()
-                .any(|key| instruction.starts_with(&format!("LABEL {key}=")))
-        };
-        let mut in_own_step = false;
         while let Some(message) = stream.next().await {
             let message = message.map_err(|err| match err {
                 bollard::errors::Error::DockerStreamError { error } => {
@@ -61,13 +49,7 @@ impl ImageBuilder for DockerProvider {
             })?;
             if let Some(text) = message.stream.filter(|t| !t.is_empty()) {
                 match step_line(&text) {
-                    Some((step, instruction)) => {
-                        in_own_step = own_step(&instruction);
-                        if !in_own_step {
-                            report(BuildUpdate::Step { step, instruction });
-                        }
-                    }
-                    None if in_own_step => {}
+                    Some((step, instruction)) => report(BuildUpdate::Step { step, instruction }),
                     None => report(BuildUpdate::Output(text)),
                 }
             } else if let Some(status) = message.status {
@@ -89,30 +71,6 @@ impl ImageBuilder for DockerProvider {
             }
         }
         Ok(())
-    }
-
-    async fn tagged_images(
-        &self,
-        prefix: &str,
-        (key, value): (&str, &str),
-    ) -> Result<Vec<String>, ProviderError> {
-        let docker = self.client().await?;
-        let images = docker
-            .list_images(Some(ListImagesOptions {
-                all: false,
-                filters: Some(HashMap::from([(
-                    "label".to_owned(),
-                    vec![format!("{key}={value}")],
-                )])),
-                ..Default::default()
-            }))
-            .await
-            .map_err(|e| engine_error("listing images", &e))?;
-        Ok(images
-            .into_iter()
-            .flat_map(|image| image.repo_tags)
-            .filter(|tag| tag.starts_with(prefix))
-            .collect())
     }
 
     async fn remove_image(&self, image: &str) -> Result<bool, ProviderError> {

@@ -86,6 +86,17 @@ pub(super) async fn end<C: GenericClient>(
     .map(BuildRow::into_domain)
     .transpose()?;
     if let Some(build) = &ended {
+        if let Some(image) = &build.image {
+            execute(
+                client,
+                OP,
+                "INSERT INTO built_images (image, worker_id, built_at) \
+                 SELECT $1, worker_id, $3 FROM template_builds WHERE build_id = $2 \
+                 ON CONFLICT (image) DO NOTHING",
+                &[image, &build_id, &micros(ending.at)],
+            )
+            .await?;
+        }
         let older = "SELECT build_id FROM template_builds WHERE template = $1 \
                      AND status <> 'running' ORDER BY started_at DESC, build_id DESC OFFSET $2";
         for table in ["template_build_logs", "template_builds"] {
@@ -170,4 +181,35 @@ pub(super) async fn active_images<C: GenericClient>(client: &C) -> StoreResult<V
     rows.iter()
         .map(|row| row.try_get(0).map_err(backend(OP)))
         .collect()
+}
+
+pub(super) async fn list_built_images<C: GenericClient>(
+    client: &C,
+    worker_id: &str,
+) -> StoreResult<Vec<String>> {
+    const OP: &str = "list_built_images";
+    let rows = query(
+        client,
+        OP,
+        "SELECT image FROM built_images WHERE worker_id = $1 ORDER BY built_at",
+        &[&worker_id],
+    )
+    .await?;
+    rows.iter()
+        .map(|row| row.try_get(0).map_err(backend(OP)))
+        .collect()
+}
+
+pub(super) async fn forget_built_image<C: GenericClient>(
+    client: &C,
+    image: &str,
+) -> StoreResult<bool> {
+    execute(
+        client,
+        "forget_built_image",
+        "DELETE FROM built_images WHERE image = $1",
+        &[&image],
+    )
+    .await
+    .map(|n| n > 0)
 }

@@ -40,6 +40,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../migrations/postgres/0009_template_builds.sql"),
     ),
+    (
+        10,
+        include_str!("../../migrations/postgres/0010_built_images.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

@@ -733,6 +733,16 @@ impl Store for PgStore {
         builds::log_after(&client, build_id.as_str(), after, limit).await
     }
 
+    async fn list_built_images(&self, worker_id: &str) -> StoreResult<Vec<String>> {
+        let client = self.client("list_built_images").await?;
+        builds::list_built_images(&client, worker_id).await
+    }
+
+    async fn forget_built_image(&self, image: &str) -> StoreResult<bool> {
+        let client = self.client("forget_built_image").await?;
+        builds::forget_built_image(&client, image).await
+    }
+
     async fn active_images(&self) -> StoreResult<Vec<String>> {
         let client = self.client("active_images").await?;
         builds::active_images(&client).await

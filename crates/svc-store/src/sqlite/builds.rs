@@ -116,6 +116,15 @@ pub(super) fn end(
         .map(BuildRow::into_domain)
         .transpose()?;
     if let Some(build) = &ended {
+        if let Some(image) = &build.image {
+            tx.prepare_cached(
+                "INSERT INTO built_images (image, worker_id, built_at) \
+                 SELECT ?1, worker_id, ?3 FROM template_builds WHERE build_id = ?2 \
+                 ON CONFLICT (image) DO NOTHING",
+            )
+            .and_then(|mut stmt| stmt.execute(params![image, build_id, micros(ending.at)]))
+            .map_err(backend(OP))?;
+        }
         let older = "SELECT build_id FROM template_builds WHERE template = ?1 \
                      AND status != 'running' ORDER BY started_at DESC, build_id DESC \
                      LIMIT -1 OFFSET ?2";
@@ -192,4 +201,22 @@ pub(super) fn active_images(conn: &Connection) -> StoreResult<Vec<String>> {
         .map_err(backend(OP))?;
     let rows = stmt.query_map([], |row| row.get(0)).map_err(backend(OP))?;
     rows.collect::<Result<_, _>>().map_err(backend(OP))
+}
+
+pub(super) fn list_built_images(conn: &Connection, worker_id: &str) -> StoreResult<Vec<String>> {
+    const OP: &str = "list_built_images";
+    let mut stmt = conn
+        .prepare_cached("SELECT image FROM built_images WHERE worker_id = ?1 ORDER BY built_at")
+        .map_err(backend(OP))?;
+    let rows = stmt
+        .query_map([worker_id], |row| row.get(0))
+        .map_err(backend(OP))?;
+    rows.collect::<Result<_, _>>().map_err(backend(OP))
+}
+
+pub(super) fn forget_built_image(conn: &Connection, image: &str) -> StoreResult<bool> {
+    conn.prepare_cached("DELETE FROM built_images WHERE image = ?1")
+        .and_then(|mut stmt| stmt.execute([image]))
+        .map(|n| n > 0)
+        .map_err(backend("forget_built_image"))
 }

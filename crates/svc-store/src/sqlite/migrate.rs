@@ -65,6 +65,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../../migrations/sqlite/0015_template_builds.sql"),
     ),
+    (
+        16,
+        include_str!("../../migrations/sqlite/0016_built_images.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

@@ -790,6 +790,24 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn list_built_images(&self, worker_id: &str) -> StoreResult<Vec<String>> {
+        let worker = worker_id.to_owned();
+        self.connections
+            .read("list_built_images", move |conn| {
+                builds::list_built_images(conn, &worker)
+            })
+            .await
+    }
+
+    async fn forget_built_image(&self, image: &str) -> StoreResult<bool> {
+        let image = image.to_owned();
+        self.connections
+            .write("forget_built_image", move |conn| {
+                builds::forget_built_image(conn, &image)
+            })
+            .await
+    }
+
     async fn active_images(&self) -> StoreResult<Vec<String>> {
         self.connections
             .read("active_images", builds::active_images)

@@ -15,7 +15,7 @@ use crate::docker::{engine, IMAGE};
 use crate::harness::{wait_for, TestServer};
 
 /// A fresh value, so no step of a test's Dockerfile comes from the engine's build cache.
-fn nonce() -> String {
+pub(crate) fn nonce() -> String {
     svc_core::BuildId::generate().as_str()[3..].to_owned()
 }
 
@@ -56,13 +56,18 @@ async fn start(server: &TestServer, name: &str, dockerfile: &str, files: Value) 
 }
 
 /// One log line and when it arrived.
-struct Line {
-    value: Value,
-    at: Instant,
+pub(crate) struct Line {
+    pub(crate) value: Value,
+    pub(crate) at: Instant,
 }
 
 /// Follows a build's log to its end (or `within`).
-async fn follow(server: &TestServer, name: &str, build: &str, within: Duration) -> Vec<Line> {
+pub(crate) async fn follow(
+    server: &TestServer,
+    name: &str,
+    build: &str,
+    within: Duration,
+) -> Vec<Line> {
     let response = server
         .client
         .get(server.url(&format!("/templates/{name}/builds/{build}/logs")))
@@ -92,7 +97,7 @@ async fn follow(server: &TestServer, name: &str, build: &str, within: Duration) 
     lines
 }
 
-fn result_of(lines: &[Line]) -> &Value {
+pub(crate) fn result_of(lines: &[Line]) -> &Value {
     let last = &lines.last().expect("some lines").value;
     assert_eq!(
         last["type"], "result",
@@ -118,7 +123,7 @@ async fn build_record(server: &TestServer, name: &str, build: &str) -> Value {
 }
 
 /// Removes what a test built (the server removes unused images on its own only once a minute).
-async fn remove_built(docker: &Docker, name: &str) {
+pub(crate) async fn remove_built(docker: &Docker, name: &str) {
     let images = docker
         .list_images(None::<bollard::query_parameters::ListImagesOptions>)
         .await
@@ -778,4 +783,97 @@ async fn a_spawn_that_pulls_shows_how_far_the_pull_is() {
             None,
         )
         .await;
+}
+
+/// Runs `svc` with `args` against `server`; exit code, stdout, stderr.
+async fn cli(server: &TestServer, args: Vec<String>) -> (Option<i32>, String, String) {
+    let mut command = crate::cli::svc();
+    command.env("SVC_URL", &server.base).args(args);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_builds_a_directory_shows_the_steps_and_exits_by_the_result() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    template(&server, "cli-web").await;
+    let context = tempfile::tempdir().unwrap();
+    let dir = context.path();
+    std::fs::write(dir.join("hello.txt"), "hello from the directory\n").unwrap();
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/inner.txt"), "inner\n").unwrap();
+    std::fs::write(
+        dir.join("Dockerfile"),
+        format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nCOPY hello.txt /hello.txt\nCOPY sub /sub\nRUN cat /hello.txt /sub/inner.txt\n",
+            nonce()
+        ),
+    )
+    .unwrap();
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["template", "build", "cli-web"]
+            .iter()
+            .chain(extra)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let dir_arg = dir.display().to_string();
+    let (code, stdout, stderr) = cli(&server, args(&[&dir_arg])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("Step 3: COPY hello.txt /hello.txt"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hello from the directory\ninner\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("built svc-templates/cli-web:bd-"),
+        "{stderr}"
+    );
+    let image = server.get("/templates/cli-web").await.body["image"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(stderr.contains(&format!("built {image}")), "{stderr}");
+
+    // Another Dockerfile with -f, a failing step: exit 1 and the step named; --json prints the
+    // log lines as the server sends them.
+    let failing = dir.join("Failing.dockerfile");
+    std::fs::write(
+        &failing,
+        format!("FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN exit 3\n", nonce()),
+    )
+    .unwrap();
+    let failing = failing.display().to_string();
+    let (code, _, stderr) = cli(&server, args(&["-f", &failing, &dir_arg])).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("build failed: step 3 (RUN exit 3)"),
+        "{stderr}"
+    );
+    let (code, stdout, _) = cli(&server, args(&["--json", "-f", &failing])).await;
+    assert_eq!(code, Some(1));
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "result");
+    assert_eq!(last["status"], "failed");
+    assert_eq!(
+        server.get("/templates/cli-web").await.body["image"],
+        image.as_str(),
+        "failed builds leave the template"
+    );
+    let (code, _, stderr) = cli(&server, args(&["-f", "/no/such/Dockerfile"])).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("/no/such/Dockerfile"), "{stderr}");
+    finish(server, &docker, &["cli-web"]).await;
 }

@@ -397,3 +397,55 @@ async fn a_disabled_qemu_provider_still_destroys_its_sandboxes() {
     vm_is_gone(&vm_dir, &pids).await;
     server.shutdown().await;
 }
+
+/// A template built through the engine boots as a microVM: its root filesystem is made from
+/// the built image like from any other (decisions §17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_template_boots_as_a_qemu_sandbox() {
+    let Some(assets) = assets() else {
+        return;
+    };
+    let Some(docker) = crate::docker::engine().await else {
+        return;
+    };
+    let server = TestServer::start_with(|c| {
+        c.providers.qemu = assets.qemu_config(&c.providers.mock.root_dir.with_file_name("qemu"));
+    })
+    .await;
+    let created = server
+        .post(
+            "/templates",
+            json!({"name": "vm-built", "provider": "qemu", "image": "svc-test-busybox:latest"}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let accepted = server
+        .post(
+            "/templates/vm-built/build",
+            json!({"dockerfile": format!(
+                "FROM svc-test-busybox:latest\nENV SVC_TEST_NONCE={}\nRUN echo built-for-the-vm > /built.txt\n",
+                crate::builds::nonce()
+            )}),
+        )
+        .await;
+    assert_eq!(accepted.status, 202, "{}", accepted.body);
+    let build = accepted.body["build_id"].as_str().unwrap().to_owned();
+    let lines = crate::builds::follow(&server, "vm-built", &build, Duration::from_secs(120)).await;
+    let result = crate::builds::result_of(&lines);
+    assert_eq!(result["status"], "succeeded", "{result}");
+    let spawned = server.post("/templates/vm-built/spawn", json!({})).await;
+    assert_eq!(spawned.status, 201, "{}", spawned.body);
+    assert_eq!(spawned.body["provider"], "qemu");
+    assert_eq!(spawned.body["image"], result["image"]);
+    let id = spawned.body["id"].as_str().unwrap();
+    let ran = server
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "cat /built.txt"}),
+        )
+        .await;
+    assert_eq!(ran.body["stdout"], "built-for-the-vm\n", "{}", ran.body);
+    assert_eq!(server.delete(&format!("/sandboxes/{id}")).await.status, 200);
+    server.shutdown().await;
+    crate::builds::remove_built(&docker, "vm-built").await;
+}
