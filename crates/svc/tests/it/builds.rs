@@ -877,3 +877,43 @@ async fn the_cli_builds_a_directory_shows_the_steps_and_exits_by_the_result() {
     assert!(stderr.contains("/no/such/Dockerfile"), "{stderr}");
     finish(server, &docker, &["cli-web"]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_from_an_image_it_must_pull_shows_the_pulled_bytes() {
+    let Some((server, docker)) = build_server().await else {
+        return;
+    };
+    let registry = crate::registry::serve(6 << 20, Duration::from_millis(60)).await;
+    let base = format!("{}/svc-test/base:{}", registry.host, nonce());
+    template(&server, "pulls-base").await;
+    let build = start(
+        &server,
+        "pulls-base",
+        &format!("FROM {base}\nRUN echo on-the-pulled-base\n"),
+        json!({}),
+    )
+    .await;
+    let lines = follow(&server, "pulls-base", &build, Duration::from_secs(120)).await;
+    assert_eq!(result_of(&lines)["status"], "succeeded");
+    let progress: Vec<&Value> = lines
+        .iter()
+        .map(|l| &l.value)
+        .filter(|v| v["type"] == "progress")
+        .collect();
+    assert!(!progress.is_empty(), "the FROM pull reports its bytes");
+    let last = progress.last().unwrap();
+    assert!(last["total_bytes"].as_u64().unwrap() > 6 << 20, "{last}");
+    assert!(last["current_bytes"].as_u64().unwrap() <= last["total_bytes"].as_u64().unwrap());
+    assert!(output_of(&lines).contains("on-the-pulled-base"));
+    finish(server, &docker, &["pulls-base"]).await;
+    let _ = docker
+        .remove_image(
+            &base,
+            Some(bollard::query_parameters::RemoveImageOptions {
+                force: true,
+                ..Default::default()
+            }),
+            None,
+        )
+        .await;
+}
