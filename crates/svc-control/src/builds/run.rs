@@ -213,6 +213,15 @@ async fn build_in_slot(
     log: &mut Log,
 ) -> Outcome {
     let slots = Arc::clone(&plane.inner.builds.slots);
+    if slots.available_permits() == 0 {
+        log.push(&BuildLogLine::Output {
+            data: format!(
+                "waiting for a build slot (defaults.max_concurrent_builds is {})\n",
+                plane.config().defaults.max_concurrent_builds
+            ),
+        });
+        log.flush().await;
+    }
     let _slot = tokio::select! {
         slot = slots.acquire_owned() => match slot {
             Ok(slot) => slot,

@@ -917,3 +917,51 @@ async fn a_build_from_an_image_it_must_pull_shows_the_pulled_bytes() {
         )
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builds_past_the_concurrency_bound_wait_their_turn() {
+    let Some(docker) = engine().await else {
+        return;
+    };
+    let server = TestServer::start_with(|c| {
+        c.providers.docker.enabled = true;
+        c.providers.docker.agent = svc_core::config::DockerAgentMode::Never;
+        c.defaults.max_concurrent_builds = 1;
+    })
+    .await;
+    template(&server, "first").await;
+    template(&server, "second").await;
+    let slow = |marker: &str| {
+        format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN sleep 1 && echo {marker}\n",
+            nonce()
+        )
+    };
+    let first = start(&server, "first", &slow("first-done"), json!({})).await;
+    let second = start(&server, "second", &slow("second-done"), json!({})).await;
+    assert_eq!(
+        build_record(&server, "second", &second).await["status"],
+        "running",
+        "a waiting build shows running"
+    );
+    let (a, b) = tokio::join!(
+        follow(&server, "first", &first, Duration::from_secs(120)),
+        follow(&server, "second", &second, Duration::from_secs(120)),
+    );
+    assert_eq!(result_of(&a)["status"], "succeeded");
+    assert_eq!(result_of(&b)["status"], "succeeded");
+    assert!(
+        b[0].value["data"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("waiting for a build slot")),
+        "the waiting build says why: {}",
+        b[0].value
+    );
+    let second_began = b.iter().find(|l| l.value["type"] == "step").unwrap().at;
+    let first_ended = a.last().unwrap().at;
+    assert!(
+        second_began >= first_ended,
+        "the second build started only after the first ended"
+    );
+    finish(server, &docker, &["first", "second"]).await;
+}
