@@ -33,6 +33,14 @@ def _schema(doc: Doc, name: str) -> Doc:
     if name not in schemas:
         raise AssertionError(f"schema {name} is not in the document")
     schema: Doc = schemas[name]
+    variants = schema.get("oneOf", [])
+    if "properties" not in schema and variants and all("properties" in v for v in variants):
+        # a tagged union (``BuildLogLine``): one model holds every variant's properties; a
+        # property is required when every variant requires it
+        return {
+            "properties": {k: p for v in variants for k, p in v["properties"].items()},
+            "required": sorted(set.intersection(*(set(v.get("required", [])) for v in variants))),
+        }
     return schema
 
 

@@ -1,6 +1,7 @@
 // Typed errors mirroring the server's error codes (decisions §4 and the interface's error table).
 // Every error response is `{code, message}`; the SDK throws the subclass for `code`, or `SvcError`
 // itself for a code it does not know.
+import type { TemplateBuild } from "./types.js";
 
 /** Base class of every error the SDK throws for a server answer or a transport failure. */
 export class SvcError extends Error {
@@ -60,6 +61,20 @@ export class SvcTimeoutError extends SvcError {}
 /** Client side, code `protocol_error`: the server sent something the SDK does not understand,
  *  or refused a WebSocket message (`{"type":"error"}`). */
 export class ProtocolError extends SvcError {}
+/** Client side, code `build_failed` or `build_cancelled`: a template build did not succeed.
+ *  `build` is its record; the message carries its `error` (the failed step and its output). */
+export class BuildError extends SvcError {
+  readonly build: TemplateBuild;
+
+  constructor(build: TemplateBuild) {
+    super(
+      `build ${build.build_id} of template ${JSON.stringify(build.template)} ${build.status}: ${build.error ?? "no reason given"}`,
+      `build_${build.status}`,
+      0,
+    );
+    this.build = build;
+  }
+}
 
 /** The subclass for each wire code. */
 export const errorClasses: Record<string, typeof SvcError> = {

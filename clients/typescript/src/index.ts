@@ -12,7 +12,7 @@ export {
 } from "./commands.js";
 export { Files, type ReadRange, type WriteData } from "./files.js";
 export { Pty, ExecSession, type SessionOptions } from "./pty.js";
-export { Templates, type TemplateInput } from "./templates.js";
+export { Templates, type BuildInput, type BuildOptions, type BuildLogCallback, type TemplateInput } from "./templates.js";
 export { Quotas, type QuotaInput } from "./quotas.js";
 export { EventStream, events, type EventsOptions } from "./events.js";
 export { Svc } from "./svc.js";

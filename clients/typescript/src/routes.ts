@@ -59,6 +59,11 @@ export const routes = {
   templateUpdate: { method: "PUT", path: "/api/v1/templates/{name}" },
   templateDelete: { method: "DELETE", path: "/api/v1/templates/{name}" },
   templateSpawn: { method: "POST", path: "/api/v1/templates/{name}/spawn" },
+  templateBuild: { method: "POST", path: "/api/v1/templates/{name}/build" },
+  templateBuildList: { method: "GET", path: "/api/v1/templates/{name}/builds" },
+  templateBuildGet: { method: "GET", path: "/api/v1/templates/{name}/builds/{build_id}" },
+  templateBuildCancel: { method: "DELETE", path: "/api/v1/templates/{name}/builds/{build_id}" },
+  templateBuildLogs: { method: "GET", path: "/api/v1/templates/{name}/builds/{build_id}/logs" },
 
   quotaList: { method: "GET", path: "/api/v1/quotas" },
   quotaSummary: { method: "GET", path: "/api/v1/quotas/summary" },

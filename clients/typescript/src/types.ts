@@ -36,6 +36,13 @@ export type Extracted = Schemas["Extracted"];
 export type Template = Schemas["Template"];
 export type TemplateSpec = Schemas["TemplateSpec"];
 export type TemplateSpawnRequest = Schemas["TemplateSpawnRequest"];
+export type BuildRequest = Schemas["BuildRequest"];
+export type BuildAccepted = Schemas["BuildAccepted"];
+export type TemplateBuild = Schemas["TemplateBuild"];
+export type BuildStatus = Schemas["BuildStatus"];
+/** One line of `GET /templates/{name}/builds/{build_id}/logs`, by `type`: `step`, `output`,
+ *  `progress`, and last `result`. */
+export type BuildLogLine = Schemas["BuildLogLine"];
 
 export type OwnerQuota = Schemas["OwnerQuota"];
 export type OwnerUsage = Schemas["OwnerUsage"];

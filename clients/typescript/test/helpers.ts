@@ -188,11 +188,16 @@ export function spawnOptions(provider: ProviderName, extra: SandboxCreateOptions
 const warned = new Set<string>();
 
 /**
- * Declares a suite per provider. Docker suites skip loudly when Docker does not answer, or fail
- * when SVC_TEST_REQUIRE_DOCKER=1.
+ * Declares a suite per provider (of `providers`, default both). Docker suites skip loudly when
+ * Docker does not answer, or fail when SVC_TEST_REQUIRE_DOCKER=1.
  */
-export function eachProvider(server: TestServer, name: string, body: (provider: ProviderName) => void): void {
-  for (const provider of PROVIDERS) {
+export function eachProvider(
+  server: TestServer,
+  name: string,
+  body: (provider: ProviderName) => void,
+  providers: ProviderName[] = PROVIDERS,
+): void {
+  for (const provider of providers) {
     const reason = provider === "docker" ? server.dockerUnavailable : undefined;
     if (reason && !REQUIRE_DOCKER) {
       if (!warned.has(reason)) {

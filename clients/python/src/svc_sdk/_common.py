@@ -8,6 +8,8 @@ import json
 import os
 import posixpath
 import tarfile
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Union
@@ -193,16 +195,27 @@ class SSEParser:
 FileSource = Union[bytes, str, IO[bytes]]
 
 
-def tar_directory(local_dir: str | os.PathLike[str], out: IO[bytes]) -> int:
-    """Writes ``local_dir``'s contents (names relative to it) as a tar stream to ``out``."""
+def tar_directory(
+    local_dir: str | os.PathLike[str], out: IO[bytes], extra: Mapping[str, bytes] | None = None
+) -> int:
+    """Writes ``local_dir``'s contents (names relative to it) as a tar stream to ``out``;
+    ``extra`` files (relative name -> content) are added, replacing the directory's own."""
     root = Path(local_dir)
     if not root.is_dir():
         raise NotADirectoryError(str(root))
+    extra = extra or {}
     count = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(root.rglob("*")):
             rel = path.relative_to(root).as_posix()
+            if rel in extra:
+                continue
             tar.add(str(path), arcname=rel, recursive=False)
+            count += 1
+        for name, data in extra.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
             count += 1
     out.seek(0)
     return count

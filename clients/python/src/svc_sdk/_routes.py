@@ -77,6 +77,11 @@ ROUTES: dict[str, Route] = {
     "template_update": Route("PUT", "/templates/{name}", body="TemplateSpec"),
     "template_delete": Route("DELETE", "/templates/{name}"),
     "template_spawn": Route("POST", "/templates/{name}/spawn", body="TemplateSpawnRequest"),
+    "template_build": Route("POST", "/templates/{name}/build", body="BuildRequest"),
+    "template_build_list": Route("GET", "/templates/{name}/builds"),
+    "template_build_get": Route("GET", "/templates/{name}/builds/{build_id}"),
+    "template_build_cancel": Route("DELETE", "/templates/{name}/builds/{build_id}"),
+    "template_build_logs": Route("GET", "/templates/{name}/builds/{build_id}/logs", query=("follow",)),
     # quotas
     "quota_list": Route("GET", "/quotas"),
     "quota_summary": Route("GET", "/quotas/summary"),

@@ -8,7 +8,10 @@ turns one into the subclass registered for its ``code`` (falling back on the HTT
 from __future__ import annotations
 
 import json
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .models import TemplateBuild
 
 __all__ = [
     "SvcError",
@@ -30,6 +33,7 @@ __all__ = [
     "SvcConnectionError",
     "SvcTimeoutError",
     "ProtocolError",
+    "BuildError",
     "ERROR_CLASSES",
     "error_from_response",
 ]
@@ -201,6 +205,22 @@ class ProtocolError(SvcError):
     """Client side: the server sent something the SDK does not understand."""
 
     default_code = "protocol_error"
+
+
+class BuildError(SvcError):
+    """Client side: a template build ended ``failed`` (code ``build_failed``) or ``cancelled``
+    (``build_cancelled``). ``build`` is its record; the message carries the server's ``error``
+    (the failed step and its output)."""
+
+    default_code = "build_failed"
+
+    def __init__(self, build: TemplateBuild) -> None:
+        super().__init__(
+            f"build {build.build_id} of template {build.template!r} {build.status}: "
+            f"{build.error or 'no reason given'}",
+            code=f"build_{build.status}",
+        )
+        self.build = build
 
 
 ERROR_CLASSES: dict[str, type[SvcError]] = {

@@ -22,6 +22,9 @@ __all__ = [
     "WriteInfo",
     "ArchiveInfo",
     "TemplateInfo",
+    "TemplateBuild",
+    "BuildAccepted",
+    "BuildLogLine",
     "Quota",
     "QuotaUsage",
     "QuotaSummary",
@@ -41,6 +44,7 @@ __all__ = [
     "ChmodFile",
     "TemplateSpec",
     "TemplateSpawnRequest",
+    "BuildRequest",
     "QuotaRequest",
     "PreviewTokenRequest",
     "MODEL_SCHEMAS",
@@ -208,6 +212,63 @@ class TemplateInfo:
 
     @classmethod
     def from_dict(cls, data: Any) -> TemplateInfo:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class TemplateBuild:
+    """One build of a template (schema ``TemplateBuild``); ``status`` is
+    running|succeeded|failed|cancelled. ``image`` is set once it succeeded, ``error`` (the
+    failed step and its output) once it failed."""
+
+    build_id: str
+    template: str
+    status: str
+    started_at: str
+    image: str | None = None
+    ended_at: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TemplateBuild:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class BuildAccepted:
+    """Answer of ``POST /templates/{name}/build`` (schema ``BuildAccepted``): the build runs."""
+
+    build_id: str
+    status: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> BuildAccepted:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class BuildLogLine:
+    """One line of a build's log (schema ``BuildLogLine``), by ``type``:
+
+    - ``step``: an instruction starts (``step``, 1-based, and ``instruction``, ``RUN make``);
+    - ``output``: ``data``, output of the current step;
+    - ``progress``: ``current_bytes`` of ``total_bytes`` pulled for a base image;
+    - ``result``: the last line, ``status`` (succeeded|failed|cancelled) with ``image`` or
+      ``error``.
+    """
+
+    type: str
+    step: int | None = None
+    instruction: str | None = None
+    data: str | None = None
+    current_bytes: int | None = None
+    total_bytes: int | None = None
+    status: str | None = None
+    image: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> BuildLogLine:
         return _build(cls, data)
 
 
@@ -440,6 +501,14 @@ class TemplateSpawnRequest(TypedDict, total=False):
     metadata: dict[str, str]
 
 
+class BuildRequest(TypedDict, total=False):
+    """``dockerfile`` is required; ``encoding`` (``utf8``, ``base64``) applies to every file."""
+
+    dockerfile: str
+    files: dict[str, str]
+    encoding: str
+
+
 class QuotaRequest(TypedDict, total=False):
     max_sandboxes: int
     max_ttl: str
@@ -460,6 +529,9 @@ MODEL_SCHEMAS: dict[type, str] = {
     WriteInfo: "Written",
     ArchiveInfo: "Extracted",
     TemplateInfo: "Template",
+    TemplateBuild: "TemplateBuild",
+    BuildAccepted: "BuildAccepted",
+    BuildLogLine: "BuildLogLine",
     Quota: "OwnerQuota",
     QuotaUsage: "OwnerUsage",
     QuotaSummary: "QuotaSummary",
@@ -482,6 +554,7 @@ REQUEST_SCHEMAS: dict[type, str] = {
     ChmodFile: "ChmodFile",
     TemplateSpec: "TemplateSpec",
     TemplateSpawnRequest: "TemplateSpawnRequest",
+    BuildRequest: "BuildRequest",
     QuotaRequest: "QuotaRequest",
     PreviewTokenRequest: "PreviewTokenRequest",
     Egress: "Egress",

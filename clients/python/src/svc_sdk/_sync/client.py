@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import IO, Any, Literal, Union, overload
 
@@ -18,6 +19,7 @@ import websockets.exceptions
 from .. import _sync_compat as compat
 from .._common import (
     Duration,
+    as_bytes,
     ExitLine,
     SSEParser,
     StreamCursor,
@@ -36,6 +38,7 @@ from .._common import (
 )
 from .._routes import ROUTES
 from ..errors import (
+    BuildError,
     ConflictError,
     NotFoundError,
     ProtocolError,
@@ -48,6 +51,9 @@ from ..errors import (
 from ..models import (
     AdmissionDecision,
     ArchiveInfo,
+    BuildAccepted,
+    BuildLogLine,
+    BuildRequest,
     ChmodFile,
     CommandInfo,
     CommandResult,
@@ -68,6 +74,7 @@ from ..models import (
     SandboxInfo,
     SandboxStats,
     SpawnRequest,
+    TemplateBuild,
     TemplateInfo,
     TemplateSpawnRequest,
     TemplateSpec,
@@ -75,11 +82,14 @@ from ..models import (
 )
 
 OutputCallback = Callable[[str], object]
+BuildLogCallback = Callable[[BuildLogLine], object]
 
 _DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 #: slack added to a command's own deadline before the HTTP read gives up
 _EXEC_SLACK = 30.0
 _SPOOL = 16 * 1024 * 1024
+#: times a build's log stream may break before :meth:`Templates.build` gives up
+_BUILD_RECONNECTS = 5
 
 
 def _stream_timeout(read: float | None) -> httpx.Timeout:
@@ -1512,6 +1522,146 @@ class Templates:
             "template_spawn", {"name": name}, json_body=body, timeout=_stream_timeout(None)
         )
         return Sandbox(SandboxInfo.from_dict(data), self._client)
+
+    # --- builds -------------------------------------------------------------------------------
+
+    def build(
+        self,
+        name: str,
+        dockerfile: str | None = None,
+        *,
+        files: Mapping[str, str | bytes] | None = None,
+        context_dir: str | os.PathLike[str] | None = None,
+        on_log: BuildLogCallback | None = None,
+        timeout: float | None = None,
+    ) -> TemplateBuild:
+        """Builds the template's image from a Dockerfile and waits for the build: starts it
+        (:meth:`start_build`, same arguments), passes each log line to ``on_log``, and returns
+        the ended build, whose ``image`` the template now uses. A build that failed or was
+        cancelled raises :class:`BuildError` (its ``build`` says why). After ``timeout``
+        seconds the build is cancelled and :class:`SvcTimeoutError` raised."""
+        accepted = self.start_build(name, dockerfile, files=files, context_dir=context_dir)
+        build_id = accepted.build_id
+        ids = {"name": name, "build_id": build_id}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen = 0  # lines passed on: a reconnect replays the log from its start
+        failures = 0
+        ended = False
+        while not ended:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                try:
+                    self.cancel_build(name, build_id)
+                except ConflictError:
+                    pass  # it ended meanwhile
+                raise SvcTimeoutError(f"build {build_id} of {name!r} still running after {timeout}s")
+            response = self._client._open(
+                "template_build_logs", ids, query={"follow": True}, timeout=_stream_timeout(remaining)
+            )
+            index = 0
+            broke: Exception | None = None
+            try:
+                for raw in response.iter_lines():
+                    if not raw:
+                        continue
+                    index += 1
+                    if index <= seen:
+                        continue
+                    seen = index
+                    line = BuildLogLine.from_dict(json_line(raw))
+                    if on_log is not None:
+                        on_log(line)
+                    if line.type == "result":
+                        ended = True
+                        break
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break  # the check above cancels
+            except httpx.ReadTimeout:
+                continue  # the deadline check above decides
+            except httpx.TransportError as exc:
+                broke = exc
+            finally:
+                response.close()
+            if ended or (deadline is not None and time.monotonic() >= deadline):
+                continue
+            # the stream broke, or ended without the result line: follow it again
+            failures += 1
+            if failures > _BUILD_RECONNECTS:
+                raise SvcConnectionError(f"log of build {build_id} ended without its result: {broke}")
+            compat.sleep(min(2.0, 0.1 * 2**failures))
+        record = self.get_build(name, build_id)
+        if record.status != "succeeded":
+            raise BuildError(record)
+        return record
+
+    def start_build(
+        self,
+        name: str,
+        dockerfile: str | None = None,
+        *,
+        files: Mapping[str, str | bytes] | None = None,
+        context_dir: str | os.PathLike[str] | None = None,
+    ) -> BuildAccepted:
+        """Starts a build (``POST /templates/{name}/build``) and returns at once. The context is
+        ``dockerfile`` (its text) with ``files`` (path -> text or bytes) sent as JSON, or with
+        ``context_dir`` a local directory sent as tar: its ``Dockerfile`` unless ``dockerfile``
+        is given, plus ``files``. :class:`BadRequestError` for a bad context (absolute names,
+        ``..``), :class:`UnavailableError` when the server has no Docker engine."""
+        path = {"name": name}
+        if context_dir is not None:
+            extra = {k: as_bytes(v) for k, v in (files or {}).items()}
+            if dockerfile is not None:
+                extra["Dockerfile"] = dockerfile.encode("utf-8")
+            with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
+                compat.run_sync(tar_directory, context_dir, spool, extra)
+                data = self._client._call(
+                    "template_build", path, content=compat.body_stream(spool),
+                    headers={"Content-Type": "application/x-tar"}, timeout=_stream_timeout(None),
+                )
+            return BuildAccepted.from_dict(data)
+        if dockerfile is None:
+            raise ValueError("a build needs a dockerfile or a context_dir")
+        body: BuildRequest = {"dockerfile": dockerfile}
+        if files:
+            if any(isinstance(v, bytes) for v in files.values()):
+                body["files"] = {k: base64.b64encode(as_bytes(v)).decode("ascii") for k, v in files.items()}
+                body["encoding"] = "base64"
+            else:
+                body["files"] = {k: str(v) for k, v in files.items()}
+        return BuildAccepted.from_dict(self._client._call("template_build", path, json_body=body))
+
+    def list_builds(self, name: str) -> builtins.list[TemplateBuild]:
+        """The template's builds, newest first."""
+        data = self._client._call("template_build_list", {"name": name})
+        return [TemplateBuild.from_dict(b) for b in data]
+
+    def get_build(self, name: str, build_id: str) -> TemplateBuild:
+        data = self._client._call("template_build_get", {"name": name, "build_id": build_id})
+        return TemplateBuild.from_dict(data)
+
+    def cancel_build(self, name: str, build_id: str) -> TemplateBuild:
+        """Cancels a running build (the template keeps its image); :class:`ConflictError` when
+        it has already ended."""
+        data = self._client._call("template_build_cancel", {"name": name, "build_id": build_id})
+        return TemplateBuild.from_dict(data)
+
+    def build_logs(
+        self, name: str, build_id: str, *, follow: bool = True
+    ) -> Iterator[BuildLogLine]:
+        """The build's log lines from its start; with ``follow`` new ones until the ``result``
+        line (the last), without only what is there now."""
+        response = self._client._open(
+            "template_build_logs", {"name": name, "build_id": build_id}, query={"follow": follow},
+            timeout=_stream_timeout(None),
+        )
+        try:
+            for raw in response.iter_lines():
+                if raw:
+                    yield BuildLogLine.from_dict(json_line(raw))
+        except httpx.TransportError as exc:
+            raise SvcConnectionError(f"log of build {build_id} broke: {exc}") from exc
+        finally:
+            response.close()
 
 
 class Quotas:
