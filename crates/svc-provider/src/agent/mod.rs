@@ -314,7 +314,13 @@ impl AgentClient {
     ) -> Result<(), ProviderError> {
         let mut connection = self.open(op).await?;
         while let Some(chunk) = content.next().await {
-            let mut chunk = chunk?;
+            let mut chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(err) => {
+                    Self::abort_upload(&mut connection).await;
+                    return Err(err);
+                }
+            };
             while !chunk.is_empty() {
                 let piece = chunk.split_to(chunk.len().min(svc_agent_proto::MAX_CHUNK));
                 let frame = Frame::bytes(FrameKind::Data, piece);
@@ -337,6 +343,21 @@ impl AgentClient {
             Reply::Error { kind, message } => Err(agent_error(kind, message, Some(path))),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Ends an upload whose content failed: any frame but `Data` or `End` makes the agent drop
+    /// what it received (a file's temporary copy) and answer, and the answer is awaited, so
+    /// nothing of the upload is left when the caller hears of the failure.
+    async fn abort_upload(connection: &mut Connection) {
+        let abort = Frame::json(&serde_json::json!({"abort": "the upload's content failed"}));
+        let answered = async {
+            connection
+                .send(abort.map_err(protocol)?)
+                .await
+                .map_err(protocol)?;
+            Self::reply(connection).await
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), answered).await;
     }
 
     /// Streams a file's bytes.
