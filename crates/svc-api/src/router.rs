@@ -88,6 +88,7 @@ pub fn router(plane: ControlPlane) -> Router {
     let yaml = Bytes::from(render(&document, OpenApiFormat::Yaml));
     let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);
     let cors = cors(&plane.config().server.cors_allowed_origins);
+    let ui_enabled = plane.config().server.ui_enabled;
     let observed = plane.clone();
     let previews = routes::preview::Previews::new(plane.clone());
     // Every API route authenticates (probes excepted, see auth.rs); the interface description
@@ -125,6 +126,14 @@ pub fn router(plane: ControlPlane) -> Router {
         crate::ratelimit::limit,
     ))
     .layer(axum::middleware::from_fn(crate::error::json_errors))
+    // The console (decisions §21): its own files, outside the API's authentication and rate
+    // limit (the data comes from the API, with the caller's credential); a preview host still
+    // reaches its sandbox first.
+    .merge(if ui_enabled {
+        svc_ui::router()
+    } else {
+        Router::new()
+    })
     .layer(axum::middleware::from_fn_with_state(
         previews,
         routes::preview::by_host,

@@ -26,6 +26,8 @@ pub struct ServerConfig {
     /// Larger streamed uploads (`PUT /files`, `PUT /files/archive`) are refused with 413;
     /// `0` means unlimited.
     pub max_upload_bytes: u64,
+    /// Serves the web console at `/ui` (decisions §21); when false, `/ui` is 404.
+    pub ui_enabled: bool,
 }
 
 impl Default for ServerConfig {
@@ -38,6 +40,7 @@ impl Default for ServerConfig {
             shutdown_timeout: GoDuration::from_secs(10),
             max_body_bytes: 64 * 1024 * 1024,
             max_upload_bytes: 0,
+            ui_enabled: true,
         }
     }
 }

@@ -39,6 +39,7 @@ mod sdks;
 mod system;
 mod templates;
 mod tenancy;
+mod ui;
 mod warm;
 mod workers;
 mod ws;

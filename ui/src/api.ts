@@ -1,0 +1,124 @@
+// The console's client of svc's API: the credential entered once (kept for this browser
+// session only, in sessionStorage), JSON calls, and the event stream read with fetch so the
+// credential can travel as a header (EventSource cannot send one).
+
+export type Credential = { kind: "api-key" | "bearer"; value: string };
+
+const STORAGE_KEY = "svc-console-credential";
+const BASE = "/api/v1";
+
+export function savedCredential(): Credential | null {
+  const text = sessionStorage.getItem(STORAGE_KEY);
+  if (!text) return null;
+  try {
+    return JSON.parse(text) as Credential;
+  } catch {
+    return null;
+  }
+}
+
+export function saveCredential(credential: Credential | null): void {
+  if (credential) sessionStorage.setItem(STORAGE_KEY, JSON.stringify(credential));
+  else sessionStorage.removeItem(STORAGE_KEY);
+}
+
+function headers(extra: Record<string, string> = {}): Record<string, string> {
+  const credential = savedCredential();
+  const all: Record<string, string> = { ...extra };
+  if (credential?.kind === "api-key") all["X-API-Key"] = credential.value;
+  if (credential?.kind === "bearer") all["Authorization"] = `Bearer ${credential.value}`;
+  return all;
+}
+
+/** A refusal from the server: its status, `code` and `message`. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Called when a request is refused for its credential (401), so the app can ask again. */
+let onUnauthorized: () => void = () => {};
+export function whenUnauthorized(handler: () => void): void {
+  onUnauthorized = handler;
+}
+
+async function refusal(response: Response): Promise<ApiError> {
+  let code = "error";
+  let message = response.statusText;
+  try {
+    const body = (await response.json()) as { code?: string; message?: string };
+    code = body.code ?? code;
+    message = body.message ?? message;
+  } catch {
+    // Not JSON: the status says enough.
+  }
+  if (response.status === 401) onUnauthorized();
+  return new ApiError(response.status, code, message);
+}
+
+/** A JSON call; `init.body` objects are sent as JSON. */
+export async function call<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ data: T; next: string | null }> {
+  const response = await fetch(`${BASE}${path}`, {
+    method,
+    headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }),
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok) throw await refusal(response);
+  const text = await response.text();
+  return {
+    data: (text ? JSON.parse(text) : null) as T,
+    next: response.headers.get("X-Next-Cursor"),
+  };
+}
+
+/** Whether the credential (or none) is accepted. */
+export async function checkAccess(): Promise<boolean> {
+  const response = await fetch(`${BASE}/sandboxes?limit=1`, { headers: headers() });
+  return response.ok;
+}
+
+export type Event = {
+  id: string;
+  type: string;
+  sandbox_id: string;
+  timestamp: string;
+  data?: Record<string, unknown>;
+};
+
+/** Follows `GET /events` with `query` until `signal` aborts, calling `onEvent` for each. */
+export async function followEvents(
+  query: string,
+  onEvent: (event: Event) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  const response = await fetch(`${BASE}/events${query}`, { headers: headers(), signal });
+  if (!response.ok || !response.body) throw await refusal(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = "";
+  let data = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    pending += value;
+    let end: number;
+    while ((end = pending.indexOf("\n")) >= 0) {
+      const line = pending.slice(0, end).replace(/\r$/, "");
+      pending = pending.slice(end + 1);
+      if (line === "") {
+        if (data) onEvent(JSON.parse(data) as Event);
+        data = "";
+      } else if (line.startsWith("data:")) {
+        data += line.slice(5).trimStart();
+      }
+    }
+  }
+}
