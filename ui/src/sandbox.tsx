@@ -2,6 +2,7 @@
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call } from "./api";
 import { navigate } from "./nav";
+import { TerminalPanel } from "./terminal";
 import { relative, type Sandbox } from "./types";
 
 export function SandboxPage(props: { id: string }) {
@@ -85,6 +86,7 @@ export function SandboxPage(props: { id: string }) {
           </div>
         ))}
       </dl>
+      {sandbox.state === "running" && <TerminalPanel id={sandbox.id} />}
     </section>
   );
 }

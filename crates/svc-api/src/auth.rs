@@ -74,6 +74,38 @@ fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).map(|v| v.to_str().unwrap_or(""))
 }
 
+/// The subprotocol a browser's WebSocket offers alongside `svc` (the one the server answers
+/// with) to carry its credential: `svc.api-key.<key>` or `svc.bearer.<token>`, the value
+/// base64url-encoded without padding (subprotocols are tokens; keys and JWTs may hold other
+/// characters).
+pub const WEBSOCKET_PROTOCOL: &str = "svc";
+
+/// A credential offered as a WebSocket subprotocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum WebSocketCredential {
+    ApiKey(String),
+    Bearer(String),
+}
+
+fn websocket_credential(headers: &HeaderMap) -> Option<WebSocketCredential> {
+    use base64::Engine;
+    let offered = headers.get(header::SEC_WEBSOCKET_PROTOCOL)?.to_str().ok()?;
+    offered.split(',').map(str::trim).find_map(|protocol| {
+        let (kind, encoded) = protocol
+            .strip_prefix("svc.api-key.")
+            .map(|v| ("api-key", v))
+            .or_else(|| protocol.strip_prefix("svc.bearer.").map(|v| ("bearer", v)))?;
+        let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded)
+            .ok()?;
+        let value = String::from_utf8(decoded).ok()?;
+        Some(match kind {
+            "api-key" => WebSocketCredential::ApiKey(value),
+            _ => WebSocketCredential::Bearer(value),
+        })
+    })
+}
+
 /// The token of `Authorization: Bearer <token>`; other schemes are not ours.
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -157,11 +189,23 @@ pub(crate) async fn principal_of(
     plane: &ControlPlane,
     headers: &HeaderMap,
 ) -> Result<Principal, Error> {
-    let credentials = Credentials {
+    let offered = websocket_credential(headers);
+    let mut credentials = Credentials {
         api_key: header(headers, &API_KEY_HEADER),
         admin_api_key: header(headers, &ADMIN_API_KEY_HEADER),
         bearer: bearer(headers),
     };
+    // A browser's WebSocket cannot send headers: its credential comes as a subprotocol.
+    if credentials.api_key.is_none()
+        && credentials.admin_api_key.is_none()
+        && credentials.bearer.is_none()
+    {
+        match &offered {
+            Some(WebSocketCredential::ApiKey(key)) => credentials.api_key = Some(key.as_str()),
+            Some(WebSocketCredential::Bearer(token)) => credentials.bearer = Some(token.as_str()),
+            None => {}
+        }
+    }
     // Who is calling comes before what they asked: a bad X-User-ID from an unknown caller
     // is still a 401.
     let owner = owner(headers);
@@ -270,6 +314,40 @@ mod tests {
         );
         assert_eq!(tenant_in_path("/api/v1/admin/tenants"), None);
         assert_eq!(tenant_in_path("/api/v1/sandboxes"), None);
+    }
+
+    #[test]
+    fn websocket_subprotocols_carry_a_credential() {
+        use base64::Engine;
+        let encode = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            format!("svc, svc.api-key.{}", encode("k/ey+1"))
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            websocket_credential(&headers),
+            Some(WebSocketCredential::ApiKey("k/ey+1".into()))
+        );
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            format!("svc.bearer.{}, svc", encode("a.b.c"))
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            websocket_credential(&headers),
+            Some(WebSocketCredential::Bearer("a.b.c".into()))
+        );
+        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, "svc, chat".parse().unwrap());
+        assert_eq!(websocket_credential(&headers), None);
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            "svc.api-key.%%%".parse().unwrap(),
+        );
+        assert_eq!(websocket_credential(&headers), None, "not base64url");
     }
 
     #[test]

@@ -163,6 +163,9 @@ async fn exec_ws(
     let exec_id = svc_core::ExecId::generate();
     let header_value = header::HeaderValue::from_str(exec_id.as_str())
         .map_err(|e| Error::internal("naming an exec", e))?;
+    // A browser that sent its credential as a subprotocol gets `svc` back (it must get one of
+    // the protocols it offered, or it fails the handshake).
+    let upgrade = upgrade.protocols([crate::auth::WEBSOCKET_PROTOCOL]);
     let mut response = upgrade.on_upgrade(move |socket| {
         crate::stream::ws::session(plane, principal, id, exec_id, socket)
     });

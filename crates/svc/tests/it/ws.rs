@@ -332,3 +332,65 @@ async fn closing_the_socket_ends_the_command() {
     .await;
     server.shutdown().await;
 }
+
+/// A browser's WebSocket cannot send headers: its credential comes as a subprotocol offered
+/// beside `svc`, which the server answers with (decisions §21, for the console's terminal).
+#[tokio::test]
+async fn a_credential_offered_as_a_subprotocol_opens_the_socket() {
+    use base64::Engine;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    const KEY: &str = "ws-subprotocol-key/+";
+    let server = TestServer::start_with(|c| {
+        c.auth.enabled = true;
+        c.auth.api_key = svc_core::config::Secret::new(KEY);
+    })
+    .await;
+    let spawned: Value = server
+        .client
+        .post(server.url("/sandboxes"))
+        .header("X-API-Key", KEY)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = spawned["id"].as_str().unwrap();
+    let url = format!(
+        "{}/sandboxes/{id}/exec/ws",
+        server.url("").replace("http://", "ws://")
+    );
+    let offer = |key: &str| {
+        let mut request = url.as_str().into_client_request().unwrap();
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key);
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            format!("svc, svc.api-key.{encoded}").parse().unwrap(),
+        );
+        request
+    };
+    let (mut socket, response) = tokio_tungstenite::connect_async(offer(KEY))
+        .await
+        .expect("the subprotocol's key is accepted");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "svc");
+    send(
+        &mut socket,
+        json!({"type": "start", "command": "echo $((6*7))"}),
+    )
+    .await;
+    let (messages, _) = drain(&mut socket).await;
+    assert_eq!(text_of(&messages, "stdout"), "42\n");
+    for refused in [
+        tokio_tungstenite::connect_async(offer("wrong")).await,
+        tokio_tungstenite::connect_async(url.as_str()).await,
+    ] {
+        match refused {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 401);
+            }
+            other => panic!("expected a 401, got {:?}", other.map(|(_, r)| r.status())),
+        }
+    }
+    server.shutdown().await;
+}
