@@ -122,3 +122,20 @@ export async function followEvents(
     }
   }
 }
+
+/** Sends `body` as the raw request body (a file upload). */
+export async function upload(path: string, body: Blob): Promise<void> {
+  const response = await fetch(`${BASE}${path}`, {
+    method: "PUT",
+    headers: headers({ "Content-Type": "application/octet-stream" }),
+    body,
+  });
+  if (!response.ok) throw await refusal(response);
+}
+
+/** The raw bytes at `path` (a file download). */
+export async function download(path: string): Promise<Blob> {
+  const response = await fetch(`${BASE}${path}`, { headers: headers() });
+  if (!response.ok) throw await refusal(response);
+  return response.blob();
+}

@@ -2,6 +2,7 @@
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call } from "./api";
 import { navigate } from "./nav";
+import { FileBrowser } from "./files";
 import { TerminalPanel } from "./terminal";
 import { relative, type Sandbox } from "./types";
 
@@ -87,6 +88,7 @@ export function SandboxPage(props: { id: string }) {
         ))}
       </dl>
       {sandbox.state === "running" && <TerminalPanel id={sandbox.id} />}
+      {sandbox.state === "running" && <FileBrowser id={sandbox.id} />}
     </section>
   );
 }
