@@ -8,6 +8,8 @@ use svc_core::event::{EventPayload, PullEventData};
 use svc_core::sandbox::Sandbox;
 use svc_provider::{ProgressSink, PullProgress};
 
+use tokio::sync::watch;
+
 use crate::ControlPlane;
 
 /// The shortest time between two reports of one pull.
@@ -36,45 +38,57 @@ fn describe(progress: &PullProgress) -> String {
 }
 
 impl ControlPlane {
-    /// Where the spawn of `sandbox` reports its pull. The newest figure wins; a task writes it
-    /// to the record and the event stream at most every [`REPORT_EVERY`], and ends when the
-    /// spawn drops the sink.
+    /// Where the spawn of `sandbox` reports its pull. The newest figure wins; a task, started
+    /// at the first report (most spawns pull nothing), writes it to the record and the event
+    /// stream at most every [`REPORT_EVERY`], and ends when the spawn drops the sink.
     pub(crate) fn pull_progress(&self, sandbox: &Sandbox) -> ProgressSink {
-        let (sender, mut latest) = tokio::sync::watch::channel(None::<PullProgress>);
         let plane = self.clone();
         let (id, tenant) = (sandbox.id.clone(), sandbox.tenant_id.clone());
-        tokio::spawn(async move {
-            while latest.changed().await.is_ok() {
-                let Some(progress) = latest.borrow_and_update().clone() else {
-                    continue;
-                };
-                match plane
-                    .store()
-                    .set_creating_message(&id, &describe(&progress))
-                    .await
-                {
-                    // The spawn ended meanwhile.
-                    Ok(false) => break,
-                    Ok(true) => {}
-                    Err(err) => {
-                        tracing::debug!(sandbox_id = %id, error = %err, "recording pull progress failed");
-                    }
-                }
-                plane.events().publish_in(
-                    &tenant,
-                    Some(&id),
-                    EventPayload::ImagePulling(PullEventData {
-                        image: progress.image,
-                        current_bytes: progress.current_bytes,
-                        total_bytes: progress.total_bytes,
-                    }),
-                );
-                tokio::time::sleep(REPORT_EVERY).await;
-            }
-        });
+        let reporter = std::sync::OnceLock::<watch::Sender<PullProgress>>::new();
         ProgressSink::new(move |progress| {
-            sender.send_replace(Some(progress));
+            let sender = reporter.get_or_init(|| {
+                let (sender, latest) = watch::channel(progress.clone());
+                tokio::spawn(report(plane.clone(), id.clone(), tenant.clone(), latest));
+                sender
+            });
+            sender.send_replace(progress);
         })
+    }
+}
+
+/// Writes the newest figure of `latest` until the spawn drops its sender or ends.
+async fn report(
+    plane: ControlPlane,
+    id: svc_core::SandboxId,
+    tenant: String,
+    mut latest: watch::Receiver<PullProgress>,
+) {
+    // The first figure is already there, unseen by `changed`.
+    latest.mark_changed();
+    while latest.changed().await.is_ok() {
+        let progress = latest.borrow_and_update().clone();
+        match plane
+            .store()
+            .set_creating_message(&id, &describe(&progress))
+            .await
+        {
+            // The spawn ended meanwhile.
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(err) => {
+                tracing::debug!(sandbox_id = %id, error = %err, "recording pull progress failed");
+            }
+        }
+        plane.events().publish_in(
+            &tenant,
+            Some(&id),
+            EventPayload::ImagePulling(PullEventData {
+                image: progress.image,
+                current_bytes: progress.current_bytes,
+                total_bytes: progress.total_bytes,
+            }),
+        );
+        tokio::time::sleep(REPORT_EVERY).await;
     }
 }
 

@@ -57,7 +57,11 @@ fn context_root() -> SandboxPath {
 /// Checks `input` and makes the context of it. `max_upload` bounds a tar body (`0`: none).
 pub(crate) async fn prepare(input: BuildInput, max_upload: u64) -> Result<Context, Error> {
     match input {
-        BuildInput::Json(request) => from_json(&request).map(Context::Memory),
+        // Up to `server.max_body_bytes` of base64 to decode and copy: off the async runtime.
+        BuildInput::Json(request) => tokio::task::spawn_blocking(move || from_json(&request))
+            .await
+            .map_err(|e| Error::internal("making the build context", e))?
+            .map(Context::Memory),
         BuildInput::Tar(body, length) => spool(body, length, max_upload).await,
     }
 }

@@ -66,16 +66,19 @@ impl ControlPlane {
         {
             return;
         }
-        let kept = match self.images_in_use().await {
-            Ok(kept) => kept,
+        let built = match self.store().list_built_images(self.worker_id()).await {
+            Ok(built) => built,
             Err(err) => {
                 tracing::debug!(error = %err, "collecting built images: the store did not answer");
                 self.owe_image_collection();
                 return;
             }
         };
-        let built = match self.store().list_built_images(self.worker_id()).await {
-            Ok(built) => built,
+        if built.is_empty() {
+            return;
+        }
+        let kept = match self.images_in_use().await {
+            Ok(kept) => kept,
             Err(err) => {
                 tracing::debug!(error = %err, "collecting built images: the store did not answer");
                 self.owe_image_collection();
