@@ -9,7 +9,7 @@
 # database per run (scripts/postgres-test-env.sh), and QEMU with a guest kernel, the static guest
 # agent and vhost-device-vsock for the microVM tests (scripts/microvm-assets.sh), and Python
 # (a virtual environment) and Node with the SDKs' dependencies for the SDK suites
-# (scripts/clients-test-env.sh).
+# (scripts/clients-test-env.sh), and Debian's Chromium for the web console's browser tests.
 #
 # SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
 set -euo pipefail
@@ -72,6 +72,16 @@ for dir in "${TMPDIR:-/tmp}" "$(docker info --format '{{.DockerRootDir}}' 2>/dev
         say "WARNING: only ${free_gib} GiB free under $dir; the tests need about 6 GiB (2 GiB files, databases, images)"
     fi
 done
+
+# The web console's browser tests (crates/svc/tests/it/browser.rs) drive Debian's Chromium with
+# playwright-core (one of ui/'s npm packages, which the build installs); they fail instead of
+# skipping without it.
+if ! [ -x /usr/bin/chromium ]; then
+    say "installing Debian's chromium for the console's browser tests"
+    apt_install chromium fonts-dejavu-core || die "could not install the chromium package with apt-get"
+fi
+/usr/bin/chromium --version >/dev/null 2>&1 || die "/usr/bin/chromium is installed but does not start"
+export SVC_CHROMIUM=/usr/bin/chromium SVC_TEST_REQUIRE_BROWSER=1
 
 # One shared target directory; builds are the slow part on two cores.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

@@ -1,6 +1,6 @@
 // The console's client of svc's API: the credential entered once (kept for this browser
 // session only, in sessionStorage), JSON calls, and the event stream read with fetch so the
-// credential can travel as a header (EventSource cannot send one).
+// credential can travel as a header (EventSource cannot send one), and NDJSON streams.
 
 export type Credential = { kind: "api-key" | "bearer"; value: string };
 
@@ -94,33 +94,116 @@ export type Event = {
   data?: Record<string, unknown>;
 };
 
-/** Follows `GET /events` with `query` until `signal` aborts, calling `onEvent` for each. */
+/** Where a followed stream is: connecting, live, or waiting to reconnect after `reason`. */
+export type StreamStatus = "connecting" | "live" | `reconnecting: ${string}` | `stopped: ${string}`;
+
+const RECONNECT_MS = 2000;
+
+/**
+ * Follows `GET /events` with `query` until `signal` aborts, calling `onEvent` for each event.
+ * A dropped stream (or one the server ended after an `overflow`) is reopened after a pause with
+ * `Last-Event-ID`, so no event is missed; a refusal other than rate limiting stops it.
+ */
 export async function followEvents(
   query: string,
   onEvent: (event: Event) => void,
+  onStatus: (status: StreamStatus) => void,
   signal: AbortSignal,
 ): Promise<void> {
-  const response = await fetch(`${BASE}/events${query}`, { headers: headers(), signal });
-  if (!response.ok || !response.body) throw await refusal(response);
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let last = "";
+  while (!signal.aborted) {
+    let reason = "the stream ended";
+    try {
+      const response = await fetch(`${BASE}/events${query}`, {
+        headers: headers(last ? { "Last-Event-ID": last } : {}),
+        signal,
+      });
+      if (!response.ok || !response.body) {
+        const error = await refusal(response);
+        if (response.status !== 429 && response.status < 500) {
+          onStatus(`stopped: ${error.message}`);
+          return;
+        }
+        reason = error.message;
+      } else {
+        onStatus("live");
+        for await (const block of messages(response.body)) {
+          if (block.event && block.event !== "message") continue;
+          if (!block.data) continue;
+          const event = JSON.parse(block.data) as Event;
+          last = block.id || event.id || last;
+          onEvent(event);
+        }
+      }
+    } catch (error) {
+      if (signal.aborted) return;
+      reason = (error as Error).message;
+    }
+    onStatus(`reconnecting: ${reason}`);
+    await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+  }
+}
+
+type Body = NonNullable<Response["body"]>;
+
+/** The text of `body`, a line at a time (without its end of line). */
+async function* lines(body: Body): AsyncGenerator<string> {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let pending = "";
-  let data = "";
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) return;
+    if (done) {
+      if (pending) yield pending;
+      return;
+    }
     pending += value;
     let end: number;
     while ((end = pending.indexOf("\n")) >= 0) {
-      const line = pending.slice(0, end).replace(/\r$/, "");
+      yield pending.slice(0, end).replace(/\r$/, "");
       pending = pending.slice(end + 1);
-      if (line === "") {
-        if (data) onEvent(JSON.parse(data) as Event);
-        data = "";
-      } else if (line.startsWith("data:")) {
-        data += line.slice(5).trimStart();
-      }
     }
   }
+}
+
+/** Server-sent events: each message's `id`, `event` and `data` fields. */
+async function* messages(
+  body: Body,
+): AsyncGenerator<{ id: string; event: string; data: string }> {
+  let block = { id: "", event: "", data: "" };
+  for await (const line of lines(body)) {
+    if (line === "") {
+      yield block;
+      block = { id: "", event: "", data: "" };
+      continue;
+    }
+    const colon = line.indexOf(":");
+    if (colon === 0) continue; // a comment (keep-alive)
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "id") block.id = value;
+    else if (field === "event") block.event = value;
+    else if (field === "data") block.data = block.data ? `${block.data}\n${value}` : value;
+  }
+}
+
+/** Follows an NDJSON answer (build logs, exec output) until it ends or `signal` aborts. */
+export async function followLines<T>(
+  path: string,
+  onLine: (line: T) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  const response = await fetch(`${BASE}${path}`, { headers: headers(), signal });
+  if (!response.ok || !response.body) throw await refusal(response);
+  for await (const line of lines(response.body)) {
+    if (line.trim()) onLine(JSON.parse(line) as T);
+  }
+}
+
+/** The text metrics (`/metrics/scrape`). */
+export async function scrape(): Promise<string> {
+  const response = await fetch(`${BASE}/metrics/scrape`, { headers: headers() });
+  if (!response.ok) throw await refusal(response);
+  return response.text();
 }
 
 /** Sends `body` as the raw request body (a file upload). */

@@ -1,66 +1,78 @@
-// The live event stream, newest first, with a type filter.
-import { useEffect, useState } from "preact/hooks";
-import { followEvents, type Event } from "./api";
+// The live event stream, newest first, filtered by type and by sandbox as the API filters it.
+import { useState } from "preact/hooks";
+import { LiveStatus, PageLink } from "./components";
+import { useEvents } from "./hooks";
+import type { Event } from "./api";
 
+/** How many events the page keeps; older ones fall off the end. */
 const KEEP = 500;
 
 export function EventsPage() {
   const [events, setEvents] = useState<Event[]>([]);
   const [types, setTypes] = useState("");
-  const [error, setError] = useState("");
-  useEffect(() => {
-    const stop = new AbortController();
-    const query = types.trim() ? `?types=${encodeURIComponent(types.trim())}` : "";
-    setError("");
-    void followEvents(query, (event) => setEvents((list) => [event, ...list].slice(0, KEEP)), stop.signal).catch(
-      (e: Error) => {
-        if (e.name !== "AbortError") setError(e.message);
-      },
-    );
-    return () => stop.abort();
-  }, [types]);
+  const [sandbox, setSandbox] = useState("");
+  const params = new URLSearchParams();
+  if (types) params.set("types", types);
+  if (sandbox) params.set("sandbox_id", sandbox);
+  const query = params.toString() ? `?${params}` : "";
+  const status = useEvents(query, (event) => setEvents((list) => [event, ...list].slice(0, KEEP)));
+  const text = (set: (value: string) => void) => (event: globalThis.Event) =>
+    set((event.target as HTMLInputElement).value.replace(/\s+/g, ""));
   return (
     <section aria-labelledby="events-title">
       <div class="toolbar">
         <h1 id="events-title">Events</h1>
-        <label>
-          Types
-          <input
-            type="text"
-            placeholder="sandbox.created,exec.completed"
-            value={types}
-            onChange={(e) => setTypes((e.target as HTMLInputElement).value)}
-          />
-        </label>
+        <LiveStatus status={status} />
+        <button type="button" class="secondary" onClick={() => setEvents([])}>
+          Clear
+        </button>
       </div>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">Time</th>
-            <th scope="col">Type</th>
-            <th scope="col">Sandbox</th>
-            <th scope="col">Data</th>
-          </tr>
-        </thead>
-        <tbody>
-          {events.map((event) => (
-            <tr key={event.id} data-testid="event-row" data-event-type={event.type}>
-              <td>{event.timestamp}</td>
-              <td>{event.type}</td>
-              <td>{event.sandbox_id || "—"}</td>
-              <td>
-                <code>{event.data ? JSON.stringify(event.data) : ""}</code>
-              </td>
+      <form class="filters" aria-label="Filters" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          Types (comma-separated)
+          <input type="search" placeholder="sandbox.created,exec.completed" value={types} onChange={text(setTypes)} />
+        </label>
+        <label>
+          Sandbox
+          <input type="search" placeholder="sb-…" value={sandbox} onChange={text(setSandbox)} />
+        </label>
+      </form>
+      <div class="scroll">
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Time</th>
+              <th scope="col">Type</th>
+              <th scope="col">Sandbox</th>
+              <th scope="col">Data</th>
             </tr>
-          ))}
-        </tbody>
-      </table>
-      {events.length === 0 && <p>Waiting for events…</p>}
+          </thead>
+          <tbody>
+            {events.map((event) => (
+              <tr
+                key={event.id}
+                data-testid="event-row"
+                data-event-type={event.type}
+                data-sandbox-id={event.sandbox_id || undefined}
+              >
+                <td>{new Date(event.timestamp).toLocaleTimeString()}</td>
+                <td>{event.type}</td>
+                <td>
+                  {event.sandbox_id ? (
+                    <PageLink href={`/ui/sandboxes/${event.sandbox_id}`}>{event.sandbox_id}</PageLink>
+                  ) : (
+                    "—"
+                  )}
+                </td>
+                <td class="clip">
+                  <code>{event.data ? JSON.stringify(event.data) : ""}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {events.length === 0 && <p class="muted">Waiting for events…</p>}
     </section>
   );
 }

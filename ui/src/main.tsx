@@ -5,7 +5,7 @@ import { useEffect, useState } from "preact/hooks";
 import { checkAccess, saveCredential, savedCredential, whenUnauthorized } from "./api";
 import { AuthForm } from "./auth";
 import { EventsPage } from "./events";
-import { navigate } from "./nav";
+import { PageLink } from "./components";
 import { OverviewPage } from "./overview";
 import { SandboxList } from "./sandboxes";
 import { SandboxPage } from "./sandbox";
@@ -21,21 +21,6 @@ function page(path: string) {
   if (rest === "templates") return <TemplatesPage />;
   if (rest === "overview") return <OverviewPage />;
   return <SandboxList />;
-}
-
-function Link(props: { href: string; label: string; current: boolean }) {
-  return (
-    <a
-      href={props.href}
-      aria-current={props.current ? "page" : undefined}
-      onClick={(event) => {
-        event.preventDefault();
-        navigate(props.href);
-      }}
-    >
-      {props.label}
-    </a>
-  );
 }
 
 function App() {
@@ -64,7 +49,9 @@ function App() {
         <strong>svc</strong>
         <nav aria-label="Pages">
           {links.map(([href, label]) => (
-            <Link key={href} href={href} label={label} current={path === href} />
+            <PageLink key={href} href={href} current={path === href}>
+              {label}
+            </PageLink>
           ))}
         </nav>
         {savedCredential() && (

@@ -1,92 +1,145 @@
-// The sandbox list: the first page, then kept current from the event stream (each change
-// refetches only the sandbox it names), with spawn and destroy.
-import { useEffect, useState } from "preact/hooks";
-import { ApiError, call, followEvents } from "./api";
-import { navigate } from "./nav";
+// The sandbox list: pages of the API's list under the chosen filters, kept current from the
+// event stream (each change refetches only the sandbox it names, never the whole list), with
+// spawn, extend, pause, resume and destroy.
+import { memo } from "preact/compat";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { ApiError, call, type Event } from "./api";
+import { LiveStatus, PageLink, Problem } from "./components";
+import { useEvents, useInterval, useLoad } from "./hooks";
 import { relative, type Sandbox, type Template } from "./types";
 
-const LIVE = "?types=sandbox.created,sandbox.running,sandbox.destroyed,sandbox.error,sandbox.paused,sandbox.resumed";
+const LIVE =
+  "?types=sandbox.created,sandbox.running,sandbox.destroyed,sandbox.error,sandbox.paused,sandbox.resumed";
 const PAGE = 100;
+const STATES = ["", "creating", "running", "paused", "error", "destroyed", "all"];
+/** Changes that arrive together are fetched once, this long after the first. */
+const BATCH_MS = 100;
+
+type Filters = { state: string; owner: string; provider: string };
+
+function query(filters: Filters, cursor: string | null): string {
+  const params = new URLSearchParams({ limit: String(PAGE) });
+  if (filters.state) params.set("state", filters.state);
+  if (filters.owner) params.set("owner_id", filters.owner);
+  if (filters.provider) params.set("provider", filters.provider);
+  if (cursor) params.set("cursor", cursor);
+  return `/sandboxes?${params}`;
+}
+
+/** Whether the list under `filters` holds `sandbox` (as the server's filter would). */
+function matches(filters: Filters, sandbox: Sandbox): boolean {
+  const state = filters.state
+    ? filters.state === "all" || filters.state === sandbox.state
+    : sandbox.state !== "destroyed";
+  return (
+    state &&
+    (!filters.owner || sandbox.owner_id === filters.owner) &&
+    (!filters.provider || sandbox.provider === filters.provider)
+  );
+}
+
+const newestFirst = (a: Sandbox, b: Sandbox) =>
+  b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id);
 
 export function SandboxList() {
+  const [filters, setFilters] = useState<Filters>({ state: "", owner: "", provider: "" });
   const [sandboxes, setSandboxes] = useState<Sandbox[]>([]);
   const [next, setNext] = useState<string | null>(null);
   const [error, setError] = useState("");
-  const [templates, setTemplates] = useState<Template[]>([]);
   const [template, setTemplate] = useState("");
   const [busy, setBusy] = useState(false);
+  const [now, setNow] = useState(Date.now());
+  const templates = useLoad<Template[]>("/templates?limit=1000");
+  const providers = useLoad<{ name: string }[]>("/providers");
+  const current = useRef(filters);
+  current.current = filters;
+  useInterval(() => setNow(Date.now()), 10000);
 
   const upsert = (sandbox: Sandbox) =>
     setSandboxes((list) => {
-      const ended = sandbox.state === "destroyed" || sandbox.state === "error";
       const rest = list.filter((s) => s.id !== sandbox.id);
-      return ended ? rest : [sandbox, ...rest].sort((a, b) => b.created_at.localeCompare(a.created_at));
+      if (!matches(current.current, sandbox)) return rest.length === list.length ? list : rest;
+      return [sandbox, ...rest].sort(newestFirst);
     });
+  const forget = (id: string) => setSandboxes((list) => list.filter((s) => s.id !== id));
 
+  const load = async (cursor: string | null) => {
+    const asked = current.current;
+    try {
+      const page = await call<Sandbox[]>("GET", query(asked, cursor));
+      if (current.current !== asked) return;
+      setSandboxes((list) => {
+        const known = new Map((cursor ? list : list.filter((s) => matches(asked, s))).map((s) => [s.id, s]));
+        for (const sandbox of page.data) known.set(sandbox.id, sandbox);
+        return [...known.values()].sort(newestFirst);
+      });
+      setNext(page.next);
+      setError("");
+    } catch (e) {
+      setError((e as ApiError).message);
+    }
+  };
   useEffect(() => {
-    const stop = new AbortController();
-    void call<Sandbox[]>("GET", `/sandboxes?limit=${PAGE}`)
-      .then(({ data, next }) => {
-        setSandboxes((known) => {
-          const ids = new Set(known.map((s) => s.id));
-          return [...known, ...data.filter((s) => !ids.has(s.id))];
-        });
-        setNext(next);
-      })
-      .catch((e: ApiError) => setError(e.message));
-    void call<Template[]>("GET", "/templates").then(({ data }) => setTemplates(data)).catch(() => {});
-    void followEvents(
-      LIVE,
-      (event) => {
-        if (!event.sandbox_id) return;
-        void call<Sandbox>("GET", `/sandboxes/${event.sandbox_id}`)
-          .then(({ data }) => upsert(data))
-          .catch(() => {});
-      },
-      stop.signal,
-    ).catch(() => {});
-    return () => stop.abort();
-  }, []);
+    setSandboxes([]);
+    setNext(null);
+    void load(null);
+  }, [filters]);
 
-  const more = async () => {
-    if (!next) return;
-    const page = await call<Sandbox[]>("GET", `/sandboxes?limit=${PAGE}&cursor=${encodeURIComponent(next)}`);
-    setSandboxes((list) => [...list, ...page.data.filter((s) => !list.some((k) => k.id === s.id))]);
-    setNext(page.next);
+  // Ids changed by events, fetched in one batch shortly after the first of them.
+  const pending = useRef(new Set<string>());
+  const refresh = () => {
+    const ids = [...pending.current];
+    pending.current.clear();
+    for (const id of ids) {
+      void call<Sandbox>("GET", `/sandboxes/${id}`)
+        .then(({ data }) => upsert(data))
+        .catch((e: ApiError) => {
+          if (e.status === 404) forget(id);
+        });
+    }
+  };
+  const status = useEvents(LIVE, (event: Event) => {
+    if (!event.sandbox_id) return;
+    if (event.type === "sandbox.destroyed" && !["destroyed", "all"].includes(current.current.state)) {
+      forget(event.sandbox_id);
+      return;
+    }
+    if (pending.current.size === 0) setTimeout(refresh, BATCH_MS);
+    pending.current.add(event.sandbox_id);
+  });
+
+  const act = async (method: string, path: string, body?: unknown) => {
+    setError("");
+    try {
+      const { data } = await call<Sandbox | null>(method, path, body);
+      if (method === "DELETE") forget(path.split("/")[2] ?? "");
+      else if (data && "state" in data) upsert(data);
+      return true;
+    } catch (e) {
+      setError((e as ApiError).message);
+      return false;
+    }
   };
 
   const spawn = async () => {
     setBusy(true);
-    setError("");
-    try {
-      const path = template ? `/templates/${encodeURIComponent(template)}/spawn` : "/sandboxes";
-      const { data } = await call<Sandbox>("POST", path, {});
-      upsert(data);
-    } catch (e) {
-      setError((e as ApiError).message);
-    } finally {
-      setBusy(false);
-    }
+    await act("POST", template ? `/templates/${encodeURIComponent(template)}/spawn` : "/sandboxes", {});
+    setBusy(false);
   };
 
-  const destroy = async (id: string) => {
-    try {
-      await call("DELETE", `/sandboxes/${id}`);
-      setSandboxes((list) => list.filter((s) => s.id !== id));
-    } catch (e) {
-      setError((e as ApiError).message);
-    }
-  };
+  const filter = (key: keyof Filters) => (event: globalThis.Event) =>
+    setFilters({ ...filters, [key]: (event.target as HTMLInputElement).value.trim() });
 
   return (
     <section aria-labelledby="sandboxes-title">
       <div class="toolbar">
         <h1 id="sandboxes-title">Sandboxes</h1>
+        <LiveStatus status={status} />
         <label>
           Template
           <select value={template} onChange={(e) => setTemplate((e.target as HTMLSelectElement).value)}>
             <option value="">(server defaults)</option>
-            {templates.map((t) => (
+            {(templates.data ?? []).map((t) => (
               <option key={t.name} value={t.name}>
                 {t.name}
               </option>
@@ -97,65 +150,116 @@ export function SandboxList() {
           {busy ? "Spawning…" : "Spawn"}
         </button>
       </div>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">ID</th>
-            <th scope="col">State</th>
-            <th scope="col">Owner</th>
-            <th scope="col">Tenant</th>
-            <th scope="col">Provider</th>
-            <th scope="col">Image</th>
-            <th scope="col">Age</th>
-            <th scope="col">Expires</th>
-            <th scope="col">
-              <span class="visually-hidden">Actions</span>
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {sandboxes.map((s) => (
-            <tr key={s.id} data-testid="sandbox-row" data-sandbox-id={s.id}>
-              <td>
-                <a
-                  href={`/ui/sandboxes/${s.id}`}
-                  onClick={(e) => {
-                    e.preventDefault();
-                    navigate(`/ui/sandboxes/${s.id}`);
-                  }}
-                >
-                  {s.id}
-                </a>
-              </td>
-              <td>
-                <span class={`state state-${s.state}`}>{s.state}</span>
-              </td>
-              <td>{s.owner_id || "—"}</td>
-              <td>{s.tenant_id || "—"}</td>
-              <td>{s.provider}</td>
-              <td>{s.image}</td>
-              <td>{relative(s.created_at)}</td>
-              <td>{relative(s.expires_at)}</td>
-              <td>
-                <button type="button" class="secondary" onClick={() => destroy(s.id)} aria-label={`Destroy ${s.id}`}>
-                  Destroy
-                </button>
-              </td>
+      <form class="filters" aria-label="Filters" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          State
+          <select value={filters.state} onChange={filter("state")}>
+            {STATES.map((state) => (
+              <option key={state} value={state}>
+                {state || "not destroyed"}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Owner
+          <input type="search" value={filters.owner} placeholder="any" onChange={filter("owner")} />
+        </label>
+        <label>
+          Provider
+          <select value={filters.provider} onChange={filter("provider")}>
+            <option value="">any</option>
+            {(providers.data ?? []).map((p) => (
+              <option key={p.name} value={p.name}>
+                {p.name}
+              </option>
+            ))}
+          </select>
+        </label>
+      </form>
+      <Problem message={error} />
+      <div class="scroll">
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">ID</th>
+              <th scope="col">State</th>
+              <th scope="col">Owner</th>
+              <th scope="col">Tenant</th>
+              <th scope="col">Provider</th>
+              <th scope="col">Image</th>
+              <th scope="col">Age</th>
+              <th scope="col">Expires</th>
+              <th scope="col">Actions</th>
             </tr>
-          ))}
-        </tbody>
-      </table>
-      {sandboxes.length === 0 && !error && <p>No sandboxes run.</p>}
+          </thead>
+          <tbody>
+            {sandboxes.map((s) => (
+              <Row key={s.id} sandbox={s} now={now} act={act} />
+            ))}
+          </tbody>
+        </table>
+      </div>
+      <p class="muted">
+        {sandboxes.length} shown{next ? ", more on the server" : ""}.
+      </p>
       {next && (
-        <button type="button" class="secondary" onClick={more}>
-          More
+        <button type="button" class="secondary" onClick={() => void load(next)}>
+          Load {PAGE} more
         </button>
       )}
     </section>
   );
 }
+
+type Act = (method: string, path: string, body?: unknown) => Promise<boolean>;
+
+/** One sandbox's row; rendered again only when its sandbox or the clock changes. */
+const Row = memo(function Row(props: { sandbox: Sandbox; now: number; act: Act }) {
+  const s = props.sandbox;
+  const path = `/sandboxes/${s.id}`;
+  const ended = s.state === "destroyed" || s.state === "error";
+  return (
+    <tr data-testid="sandbox-row" data-sandbox-id={s.id}>
+      <td>
+        <PageLink href={`/ui/sandboxes/${s.id}`}>{s.id}</PageLink>
+      </td>
+      <td>
+        <span class={`state state-${s.state}`} title={s.state_reason ?? undefined}>
+          {s.state}
+        </span>
+      </td>
+      <td>{s.owner_id || "—"}</td>
+      <td>{s.tenant_id || "—"}</td>
+      <td>{s.provider}</td>
+      <td class="clip">{s.image}</td>
+      <td>{relative(s.created_at, props.now)}</td>
+      <td>{ended ? "—" : relative(s.expires_at, props.now)}</td>
+      <td class="actions">
+        {!ended && (
+          <>
+            <button type="button" class="secondary" aria-label={`Extend ${s.id} by 30 minutes`}
+              onClick={() => void props.act("POST", `${path}/extend`, { ttl: "30m" })}>
+              +30m
+            </button>
+            {s.state === "paused" ? (
+              <button type="button" class="secondary" aria-label={`Resume ${s.id}`}
+                onClick={() => void props.act("POST", `${path}/resume`)}>
+                Resume
+              </button>
+            ) : (
+              <button type="button" class="secondary" aria-label={`Pause ${s.id}`} disabled={s.state !== "running"}
+                onClick={() => void props.act("POST", `${path}/pause`)}>
+                Pause
+              </button>
+            )}
+            <button type="button" class="danger" aria-label={`Destroy ${s.id}`}
+              onClick={() => void props.act("DELETE", path)}>
+              Destroy
+            </button>
+          </>
+        )}
+      </td>
+    </tr>
+  );
+});

@@ -29,9 +29,11 @@ export type Template = {
 
 export type Provider = {
   name: string;
-  healthy?: boolean;
-  status?: string;
-  message?: string;
+  healthy: boolean;
+  default?: boolean;
+  latency_ms?: number;
+  error?: string;
+  capabilities?: string[];
 };
 
 /** `2m 5s` from now (or ago) of an RFC 3339 time. */

@@ -117,4 +117,27 @@ mod tests {
         assert!(html.contains(&format!("/ui/{}", script.path)));
         assert!(script.gzip.len() < script.body.len());
     }
+
+    /// The console's TypeScript is checked as a whole (esbuild, which bundles it, only strips
+    /// the types).
+    #[test]
+    fn the_console_typechecks() {
+        let ui = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ui");
+        let out = std::process::Command::new("node")
+            .args([
+                "node_modules/typescript/bin/tsc",
+                "-p",
+                "tsconfig.json",
+                "--noEmit",
+            ])
+            .current_dir(&ui)
+            .output()
+            .expect("node runs tsc (the build installed ui/node_modules)");
+        assert!(
+            out.status.success(),
+            "tsc found type errors in ui/:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

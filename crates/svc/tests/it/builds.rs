@@ -20,7 +20,7 @@ pub(crate) fn nonce() -> String {
 }
 
 /// A server with docker enabled (builds use the engine whatever the provider).
-async fn build_server() -> Option<(TestServer, Docker)> {
+pub(crate) async fn build_server() -> Option<(TestServer, Docker)> {
     let docker = engine().await?;
     let server = TestServer::start_with(|c| {
         c.providers.docker.enabled = true;
@@ -144,7 +144,7 @@ pub(crate) async fn remove_built(docker: &Docker, name: &str) {
     }
 }
 
-async fn finish(server: TestServer, docker: &Docker, names: &[&str]) {
+pub(crate) async fn finish(server: TestServer, docker: &Docker, names: &[&str]) {
     for id in server.listed_ids("?state=all").await {
         let _ = docker
             .remove_container(

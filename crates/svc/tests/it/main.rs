@@ -9,6 +9,7 @@ mod idp;
 
 mod auth;
 mod bad_input;
+mod browser;
 mod builds;
 mod cli;
 mod client;

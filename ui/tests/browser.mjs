@@ -1,0 +1,245 @@
+// The console in a real browser (Debian's Chromium driven by playwright-core) against a real
+// svc server: `node tests/browser.mjs <scenario>`, run by crates/svc/tests/it/browser.rs, which
+// starts the server. Each scenario checks what the issue asks of the console through the page
+// and through the API, saves a screenshot of what it saw into $SVC_SCREENSHOTS, prints what it
+// measured, and exits non-zero with the reason when a check fails.
+//
+// Environment: SVC_URL (the server, e.g. http://127.0.0.1:8080), SVC_API_KEY (when the server
+// has auth enabled), SVC_SCREENSHOTS (a directory), SVC_CHROMIUM (default /usr/bin/chromium).
+import { chromium } from "playwright-core";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+
+const base = process.env.SVC_URL ?? fail("SVC_URL is not set");
+const apiKey = process.env.SVC_API_KEY ?? "";
+const shots = process.env.SVC_SCREENSHOTS ?? "screenshots";
+const scenario = process.argv[2] ?? fail("name a scenario");
+mkdirSync(shots, { recursive: true });
+
+function fail(message) {
+  throw new Error(message);
+}
+
+function check(condition, message) {
+  if (!condition) fail(message);
+}
+
+/** A call to svc's API with the test's credential, answering the parsed JSON body. */
+async function api(method, path, body) {
+  const headers = apiKey ? { "X-API-Key": apiKey } : {};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(`${base}/api/v1${path}`, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  check(response.ok, `${method} ${path} answered ${response.status}: ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** A browser page on the console, signed in with the test's key when the server wants one. */
+async function open(browser, path = "/ui", viewport = { width: 1280, height: 800 }) {
+  const page = await browser.newPage({ viewport });
+  page.setDefaultTimeout(15000);
+  page.on("pageerror", (error) => console.error(`page error: ${error.message}`));
+  await page.goto(`${base}${path}`);
+  if (apiKey) {
+    const form = page.getByTestId("auth-form");
+    await form.waitFor();
+    await form.getByRole("textbox", { name: "API key" }).fill(apiKey);
+    await form.getByRole("button", { name: "Sign in" }).click();
+    await form.waitFor({ state: "detached" });
+  }
+  return page;
+}
+
+async function screenshot(page, name) {
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+}
+
+const row = (page, id) => page.locator(`[data-testid="sandbox-row"][data-sandbox-id="${id}"]`);
+
+/** Every control on the page has a name a screen reader can say. */
+async function assertLabelled(page, where) {
+  const unnamed = await page.evaluate(() =>
+    [...document.querySelectorAll("button, input, select, textarea, a[href]")]
+      .filter((element) => {
+        if (element.type === "hidden") return false;
+        const labelled =
+          element.getAttribute("aria-label") ||
+          element.getAttribute("aria-labelledby") ||
+          (element.labels && element.labels.length > 0) ||
+          element.textContent.trim() ||
+          element.getAttribute("title");
+        return !labelled;
+      })
+      .map((element) => element.outerHTML.slice(0, 120)),
+  );
+  check(unnamed.length === 0, `${where}: controls without a name: ${unnamed.join(", ")}`);
+}
+
+const scenarios = {
+  /** The list shows a sandbox spawned through the API within a second. */
+  async list(browser) {
+    const started = Date.now();
+    const page = await open(browser);
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    await page.getByTestId("spawn").waitFor();
+    console.log(`console interactive after ${Date.now() - started} ms`);
+    // The list follows the event stream; give it its subscription before the spawn.
+    await page.getByText("live", { exact: true }).waitFor();
+    const asked = Date.now();
+    const sandbox = await api("POST", "/sandboxes", {});
+    await row(page, sandbox.id).waitFor({ timeout: 1000 });
+    console.log(`sandbox ${sandbox.id} listed ${Date.now() - asked} ms after the spawn was asked`);
+    await assertLabelled(page, "sandbox list");
+    await screenshot(page, "sandboxes");
+    await page.setViewportSize({ width: 390, height: 844 });
+    await screenshot(page, "sandboxes-phone");
+  },
+
+  /** Spawn and destroy from the UI, each seen through the API. */
+  async "spawn-destroy"(browser) {
+    const page = await open(browser);
+    await page.getByTestId("spawn").click();
+    const spawned = page.locator('[data-testid="sandbox-row"]').first();
+    await spawned.waitFor();
+    const id = await spawned.getAttribute("data-sandbox-id");
+    const sandbox = await api("GET", `/sandboxes/${id}`);
+    check(["creating", "running"].includes(sandbox.state), `spawned sandbox is ${sandbox.state}`);
+    await spawned.getByRole("link", { name: id }).click();
+    await page.getByRole("heading", { name: id }).waitFor();
+    await page.getByText("running", { exact: true }).first().waitFor();
+    await assertLabelled(page, "sandbox page");
+    await screenshot(page, "sandbox");
+    await page.getByTestId("destroy").click();
+    await page.waitForURL(`${base}/ui`);
+    await row(page, id).waitFor({ state: "detached" });
+    const list = await api("GET", "/sandboxes");
+    check(!list.some((s) => s.id === id), `${id} is still listed after the destroy`);
+  },
+
+  /** Typing `echo $((6*7))` in the terminal shows 42. */
+  async terminal(browser) {
+    const sandbox = await api("POST", "/sandboxes", {});
+    const page = await open(browser, `/ui/sandboxes/${sandbox.id}`);
+    const terminal = page.getByTestId("terminal");
+    await terminal.waitFor();
+    await page.getByText("connected", { exact: true }).waitFor();
+    await terminal.click();
+    await page.keyboard.type("echo $((6*7))\n");
+    // The typed line holds no "42": only the command's output can.
+    await terminal.locator(".xterm-rows").getByText(/^\s*42\s*$/).first().waitFor({ timeout: 10000 });
+    await screenshot(page, "terminal");
+  },
+
+  /** A file uploaded in the browser is read back through the API. */
+  async upload(browser) {
+    const sandbox = await api("POST", "/sandboxes", {});
+    const page = await open(browser, `/ui/sandboxes/${sandbox.id}`);
+    const content = `uploaded from the console at ${new Date().toISOString()}\n`;
+    await page.getByTestId("file-upload").setInputFiles({
+      name: "console-upload.txt",
+      mimeType: "text/plain",
+      buffer: Buffer.from(content),
+    });
+    await page.locator('[data-testid="file-row"][data-path="/console-upload.txt"]').waitFor();
+    const headers = apiKey ? { "X-API-Key": apiKey } : {};
+    const response = await fetch(
+      `${base}/api/v1/sandboxes/${sandbox.id}/files?path=${encodeURIComponent("/console-upload.txt")}`,
+      { headers },
+    );
+    check(response.ok, `reading the upload back answered ${response.status}`);
+    const read = await response.text();
+    check(read === content, `read back ${JSON.stringify(read)}, uploaded ${JSON.stringify(content)}`);
+    await screenshot(page, "files");
+  },
+
+  /** The events page shows `sandbox.created` live. */
+  async events(browser) {
+    const page = await open(browser, "/ui/events");
+    await page.getByText("live", { exact: true }).waitFor();
+    const sandbox = await api("POST", "/sandboxes", {});
+    await page
+      .locator(`[data-testid="event-row"][data-event-type="sandbox.created"][data-sandbox-id="${sandbox.id}"]`)
+      .waitFor({ timeout: 5000 });
+    await assertLabelled(page, "events page");
+    await screenshot(page, "events");
+  },
+
+  /** With auth enabled the console asks for a key and refuses a wrong one. */
+  async auth(browser) {
+    check(apiKey, "the auth scenario needs SVC_API_KEY");
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    page.setDefaultTimeout(15000);
+    await page.goto(`${base}/ui`);
+    const form = page.getByTestId("auth-form");
+    await form.waitFor();
+    await assertLabelled(page, "credential form");
+    await form.getByRole("textbox", { name: "API key" }).fill(`${apiKey}-wrong`);
+    await form.getByRole("button", { name: "Sign in" }).click();
+    await form.getByRole("alert").waitFor();
+    await screenshot(page, "auth-refused");
+    check(await form.isVisible(), "the form left the screen after a wrong key");
+    await form.getByRole("textbox", { name: "API key" }).fill(apiKey);
+    await form.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    // Kept for the browser session: a reload does not ask again.
+    await page.reload();
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    check((await page.getByTestId("auth-form").count()) === 0, "the console asked again after a reload");
+  },
+
+  /** The overview shows the providers, the queue, a quota with its usage and request rates. */
+  async overview(browser) {
+    await api("POST", "/sandboxes", {});
+    const page = await open(browser, "/ui/overview");
+    await page.getByRole("heading", { name: "Overview" }).waitFor();
+    await page.getByRole("cell", { name: "mock (default)" }).waitFor();
+    await page.getByText("Spawn queue").waitFor();
+    await page.getByRole("cell", { name: "console-owner" }).waitFor();
+    // Rates need two scrapes, five seconds apart.
+    await page.getByText(/^Server errors: /).waitFor({ timeout: 15000 });
+    await page.getByRole("cell", { name: "GET /api/v1/metrics/scrape" }).waitFor();
+    await assertLabelled(page, "overview");
+    await screenshot(page, "overview");
+  },
+
+  /** A template edited and built from the console, its build log followed until the result. */
+  async templates(browser) {
+    const name = process.env.SVC_TEMPLATE ?? fail("SVC_TEMPLATE is not set");
+    const page = await open(browser, "/ui/templates");
+    await page.getByRole("button", { name: `Edit ${name} and its builds` }).click();
+    const form = page.getByRole("form", { name: `Edit ${name}` });
+    await form.getByLabel("TTL (e.g. 30m)").fill("45m");
+    await form.getByRole("button", { name: "Save" }).click();
+    await form.getByText(`Saved ${name}.`).waitFor();
+    const saved = await api("GET", `/templates/${name}`);
+    check(["45m", "45m0s"].includes(saved.ttl), `the template's ttl is ${saved.ttl} after the edit`);
+    const marker = `console-${Date.now()}`;
+    const dockerfile = page.getByLabel("Dockerfile");
+    await dockerfile.fill(`FROM ${saved.image}\nRUN echo ${marker} > /built.txt\n`);
+    await page.getByRole("button", { name: "Build", exact: true }).click();
+    const log = page.getByTestId("build-log");
+    await log.filter({ hasText: /Step \d+: RUN echo/ }).waitFor({ timeout: 60000 });
+    await log.filter({ hasText: /Result: succeeded/ }).waitFor({ timeout: 60000 });
+    const built = await api("GET", `/templates/${name}`);
+    check(built.image.startsWith("svc-templates/"), `the template's image is ${built.image} after the build`);
+    await page.locator('[data-testid="build-row"]').getByText("succeeded").waitFor();
+    await assertLabelled(page, "templates");
+    await screenshot(page, "templates");
+  },
+};
+
+const run = scenarios[scenario] ?? fail(`no scenario ${scenario}; known: ${Object.keys(scenarios).join(", ")}`);
+const browser = await chromium.launch({
+  executablePath: process.env.SVC_CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+try {
+  await run(browser);
+  console.log(`${scenario}: passed`);
+} finally {
+  await browser.close();
+}
