@@ -72,7 +72,7 @@ export function ExecHistory(props: { path: string; changed: number }) {
                     type="button"
                     class="link"
                     aria-expanded={shown === record.exec_id}
-                    aria-label={`Output of ${record.exec_id}`}
+                    aria-label={`${bytes(record.stdout_bytes + record.stderr_bytes)} of output from ${record.exec_id}`}
                     onClick={() => setShown(shown === record.exec_id ? null : record.exec_id)}
                   >
                     {bytes(record.stdout_bytes + record.stderr_bytes)}
@@ -130,7 +130,7 @@ function ExecOutput(props: { path: string }) {
   return (
     <div>
       <Problem message={error} />
-      <pre class="output" tabIndex={0} aria-label="Exec output" data-testid="exec-output">
+      <pre class="output" tabIndex={0} role="log" aria-label="Exec output" data-testid="exec-output">
         {text}
       </pre>
     </div>

@@ -64,7 +64,7 @@ export function FileBrowser(props: { id: string }) {
     <section aria-labelledby="files-title" class="files">
       <div class="toolbar">
         <h2 id="files-title">Files</h2>
-        <code aria-label="Directory shown">{dir}</code>
+        <code title="The directory shown">{dir}</code>
         <label>
           Upload into {dir}
           <input
@@ -106,7 +106,7 @@ export function FileBrowser(props: { id: string }) {
                   type="button"
                   class="link"
                   onClick={() => (entry.is_dir ? setDir(entry.path) : void save(entry))}
-                  aria-label={entry.is_dir ? `Open ${entry.name}` : `Download ${entry.name}`}
+                  aria-label={entry.is_dir ? `Open ${entry.name}/` : `Download ${entry.name}`}
                 >
                   {entry.is_dir ? `${entry.name}/` : entry.name}
                 </button>

@@ -27,7 +27,11 @@ function App() {
   const [path, setPath] = useState(location.pathname);
   const [access, setAccess] = useState<"checking" | "granted" | "needed">("checking");
   useEffect(() => {
-    const moved = () => setPath(location.pathname);
+    const moved = () => {
+      setPath(location.pathname);
+      // Keyboard and screen-reader users land on the new page, not on the link they left.
+      requestAnimationFrame(() => document.getElementById("content")?.focus({ preventScroll: true }));
+    };
     addEventListener("popstate", moved);
     whenUnauthorized(() => setAccess("needed"));
     void checkAccess().then((ok) => setAccess(ok ? "granted" : "needed"));
@@ -45,6 +49,9 @@ function App() {
   ];
   return (
     <>
+      <a class="skip" href="#content">
+        Skip to content
+      </a>
       <header>
         <strong>svc</strong>
         <nav aria-label="Pages">
@@ -67,7 +74,9 @@ function App() {
           </button>
         )}
       </header>
-      <main>{page(path)}</main>
+      <main id="content" tabIndex={-1}>
+        {page(path)}
+      </main>
     </>
   );
 }

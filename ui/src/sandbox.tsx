@@ -159,7 +159,7 @@ function Logs(props: { path: string }) {
         </button>
       </div>
       <Problem message={logs.error} />
-      <pre class="output" tabIndex={0} aria-label="Log lines">
+      <pre class="output" tabIndex={0} role="region" aria-label="Log lines">
         {(logs.data ?? []).join("\n") || "No log lines."}
       </pre>
     </section>

@@ -2,7 +2,7 @@
 // event stream (each change refetches only the sandbox it names, never the whole list), with
 // spawn, extend, pause, resume and destroy.
 import { memo } from "preact/compat";
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, call, type Event } from "./api";
 import { LiveStatus, PageLink, Problem } from "./components";
 import { useEvents, useInterval, useLoad } from "./hooks";
@@ -108,7 +108,8 @@ export function SandboxList() {
     pending.current.add(event.sandbox_id);
   });
 
-  const act = async (method: string, path: string, body?: unknown) => {
+  // One function for the page's life, so memoised rows are not rendered again for a new one.
+  const act = useCallback<Act>(async (method, path, body) => {
     setError("");
     try {
       const { data } = await call<Sandbox | null>(method, path, body);
@@ -119,7 +120,7 @@ export function SandboxList() {
       setError((e as ApiError).message);
       return false;
     }
-  };
+  }, []);
 
   const spawn = async () => {
     setBusy(true);
@@ -238,9 +239,9 @@ const Row = memo(function Row(props: { sandbox: Sandbox; now: number; act: Act }
       <td class="actions">
         {!ended && (
           <>
-            <button type="button" class="secondary" aria-label={`Extend ${s.id} by 30 minutes`}
+            <button type="button" class="secondary" aria-label={`Extend 30m: ${s.id}`}
               onClick={() => void props.act("POST", `${path}/extend`, { ttl: "30m" })}>
-              +30m
+              Extend 30m
             </button>
             {s.state === "paused" ? (
               <button type="button" class="secondary" aria-label={`Resume ${s.id}`}

@@ -36,7 +36,7 @@ export function TemplatesPage() {
           </thead>
           <tbody>
             {(templates.data ?? []).map((t) => (
-              <tr key={t.name} data-testid="template-row" aria-selected={t.name === selected}>
+              <tr key={t.name} data-testid="template-row" class={t.name === selected ? "selected" : undefined}>
                 <td>{t.name}</td>
                 <td class="clip">{t.image}</td>
                 <td>{t.provider}</td>
@@ -281,7 +281,7 @@ function BuildLog(props: { path: string }) {
     <div>
       <Problem message={error} />
       {progress && <p role="status">Pulling: {progress}</p>}
-      <pre class="output" tabIndex={0} aria-label="Build log" data-testid="build-log">
+      <pre class="output" tabIndex={0} role="log" aria-label="Build log" data-testid="build-log">
         {lines.join("\n")}
       </pre>
     </div>

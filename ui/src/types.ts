@@ -40,6 +40,7 @@ export type Provider = {
 export function relative(time: string, now = Date.now()): string {
   const seconds = Math.round((Date.parse(time) - now) / 1000);
   const size = Math.abs(seconds);
+  if (size === 0) return "now";
   const text =
     size < 60
       ? `${size}s`

@@ -8,6 +8,7 @@
 // has auth enabled), SVC_SCREENSHOTS (a directory), SVC_CHROMIUM (default /usr/bin/chromium).
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 
 const base = process.env.SVC_URL ?? fail("SVC_URL is not set");
@@ -15,6 +16,7 @@ const apiKey = process.env.SVC_API_KEY ?? "";
 const shots = process.env.SVC_SCREENSHOTS ?? "screenshots";
 const scenario = process.argv[2] ?? fail("name a scenario");
 mkdirSync(shots, { recursive: true });
+const require = createRequire(import.meta.url);
 
 function fail(message) {
   throw new Error(message);
@@ -60,23 +62,21 @@ async function screenshot(page, name) {
 
 const row = (page, id) => page.locator(`[data-testid="sandbox-row"][data-sandbox-id="${id}"]`);
 
-/** Every control on the page has a name a screen reader can say. */
-async function assertLabelled(page, where) {
-  const unnamed = await page.evaluate(() =>
-    [...document.querySelectorAll("button, input, select, textarea, a[href]")]
-      .filter((element) => {
-        if (element.type === "hidden") return false;
-        const labelled =
-          element.getAttribute("aria-label") ||
-          element.getAttribute("aria-labelledby") ||
-          (element.labels && element.labels.length > 0) ||
-          element.textContent.trim() ||
-          element.getAttribute("title");
-        return !labelled;
-      })
-      .map((element) => element.outerHTML.slice(0, 120)),
-  );
-  check(unnamed.length === 0, `${where}: controls without a name: ${unnamed.join(", ")}`);
+/**
+ * axe-core's WCAG 2 A and AA rules on the page as shown: every control has a name a screen
+ * reader can say, text has enough contrast, landmarks and headings make sense.
+ */
+async function assertAccessible(page, where) {
+  await page.addScriptTag({ path: require.resolve("axe-core/axe.min.js") });
+  const violations = await page.evaluate(async () => {
+    const result = await globalThis.axe.run(document, {
+      runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] },
+    });
+    return result.violations.map(
+      (v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).slice(0, 5).join("; ")}`,
+    );
+  });
+  check(violations.length === 0, `${where}: accessibility violations:\n  ${violations.join("\n  ")}`);
 }
 
 const scenarios = {
@@ -93,25 +93,34 @@ const scenarios = {
     const sandbox = await api("POST", "/sandboxes", {});
     await row(page, sandbox.id).waitFor({ timeout: 1000 });
     console.log(`sandbox ${sandbox.id} listed ${Date.now() - asked} ms after the spawn was asked`);
-    await assertLabelled(page, "sandbox list");
+    await assertAccessible(page, "sandbox list");
     await screenshot(page, "sandboxes");
     await page.setViewportSize({ width: 390, height: 844 });
+    await assertAccessible(page, "sandbox list on a phone");
     await screenshot(page, "sandboxes-phone");
   },
 
   /** Spawn and destroy from the UI, each seen through the API. */
   async "spawn-destroy"(browser) {
     const page = await open(browser);
+    await page.getByText("live", { exact: true }).waitFor();
+    const ids = () =>
+      page.$$eval('[data-testid="sandbox-row"]', (rows) => rows.map((r) => r.getAttribute("data-sandbox-id")));
+    const before = new Set(await ids());
     await page.getByTestId("spawn").click();
-    const spawned = page.locator('[data-testid="sandbox-row"]').first();
-    await spawned.waitFor();
-    const id = await spawned.getAttribute("data-sandbox-id");
+    let id = null;
+    for (let tries = 0; !id && tries < 100; tries += 1) {
+      id = (await ids()).find((known) => !before.has(known)) ?? null;
+      if (!id) await page.waitForTimeout(100);
+    }
+    check(id, "no new row appeared after Spawn");
+    const spawned = row(page, id);
     const sandbox = await api("GET", `/sandboxes/${id}`);
     check(["creating", "running"].includes(sandbox.state), `spawned sandbox is ${sandbox.state}`);
     await spawned.getByRole("link", { name: id }).click();
     await page.getByRole("heading", { name: id }).waitFor();
     await page.getByText("running", { exact: true }).first().waitFor();
-    await assertLabelled(page, "sandbox page");
+    await assertAccessible(page, "sandbox page");
     await screenshot(page, "sandbox");
     await page.getByTestId("destroy").click();
     await page.waitForURL(`${base}/ui`);
@@ -131,7 +140,11 @@ const scenarios = {
     await page.keyboard.type("echo $((6*7))\n");
     // The typed line holds no "42": only the command's output can.
     await terminal.locator(".xterm-rows").getByText(/^\s*42\s*$/).first().waitFor({ timeout: 10000 });
+    await assertAccessible(page, "sandbox page with its terminal");
     await screenshot(page, "terminal");
+    await page.setViewportSize({ width: 390, height: 844 });
+    await assertAccessible(page, "sandbox page on a phone");
+    await screenshot(page, "sandbox-phone");
   },
 
   /** A file uploaded in the browser is read back through the API. */
@@ -153,6 +166,7 @@ const scenarios = {
     check(response.ok, `reading the upload back answered ${response.status}`);
     const read = await response.text();
     check(read === content, `read back ${JSON.stringify(read)}, uploaded ${JSON.stringify(content)}`);
+    await assertAccessible(page, "sandbox page with its files");
     await screenshot(page, "files");
   },
 
@@ -164,7 +178,7 @@ const scenarios = {
     await page
       .locator(`[data-testid="event-row"][data-event-type="sandbox.created"][data-sandbox-id="${sandbox.id}"]`)
       .waitFor({ timeout: 5000 });
-    await assertLabelled(page, "events page");
+    await assertAccessible(page, "events page");
     await screenshot(page, "events");
   },
 
@@ -176,7 +190,7 @@ const scenarios = {
     await page.goto(`${base}/ui`);
     const form = page.getByTestId("auth-form");
     await form.waitFor();
-    await assertLabelled(page, "credential form");
+    await assertAccessible(page, "credential form");
     await form.getByRole("textbox", { name: "API key" }).fill(`${apiKey}-wrong`);
     await form.getByRole("button", { name: "Sign in" }).click();
     await form.getByRole("alert").waitFor();
@@ -202,7 +216,7 @@ const scenarios = {
     // Rates need two scrapes, five seconds apart.
     await page.getByText(/^Server errors: /).waitFor({ timeout: 15000 });
     await page.getByRole("cell", { name: "GET /api/v1/metrics/scrape" }).waitFor();
-    await assertLabelled(page, "overview");
+    await assertAccessible(page, "overview");
     await screenshot(page, "overview");
   },
 
@@ -227,7 +241,7 @@ const scenarios = {
     const built = await api("GET", `/templates/${name}`);
     check(built.image.startsWith("svc-templates/"), `the template's image is ${built.image} after the build`);
     await page.locator('[data-testid="build-row"]').getByText("succeeded").waitFor();
-    await assertLabelled(page, "templates");
+    await assertAccessible(page, "templates");
     await screenshot(page, "templates");
   },
 };

@@ -221,10 +221,47 @@ pub(super) async fn apply(
     Ok(())
 }
 
+/// The gateway of a network from its IPAM configuration: the recorded gateway, else the first
+/// host of its subnet. Docker puts the bridge's own address there, but records no gateway when
+/// it adopted a bridge interface that already existed (seen with Engine 20.10 on `bridge`).
+pub(super) fn network_gateway(configs: &[bollard::models::IpamConfig]) -> Option<std::net::IpAddr> {
+    configs
+        .iter()
+        .filter_map(|config| config.gateway.as_deref())
+        .find_map(|gateway| gateway.parse().ok())
+        .or_else(|| {
+            configs
+                .iter()
+                .filter_map(|config| config.subnet.as_deref()?.parse::<IpNet>().ok())
+                .find_map(|subnet| subnet.hosts().next())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_network_without_a_recorded_gateway_uses_its_subnets_first_host() {
+        let config = |subnet: Option<&str>, gateway: Option<&str>| bollard::models::IpamConfig {
+            subnet: subnet.map(str::to_owned),
+            gateway: gateway.map(str::to_owned),
+            ..Default::default()
+        };
+        let recorded = [config(Some("172.17.0.0/16"), Some("172.17.0.9"))];
+        assert_eq!(
+            network_gateway(&recorded),
+            Some("172.17.0.9".parse().unwrap())
+        );
+        let adopted = [config(Some("172.17.0.0/16"), None)];
+        assert_eq!(
+            network_gateway(&adopted),
+            Some("172.17.0.1".parse().unwrap())
+        );
+        assert_eq!(network_gateway(&[config(None, None)]), None);
+        assert_eq!(network_gateway(&[]), None);
+    }
 
     #[test]
     fn rulesets_accept_the_listed_and_reject_the_rest() {

@@ -515,7 +515,7 @@ impl DockerProvider {
                 ),
             });
         }
-        let gateway = docker
+        let configs = docker
             .inspect_network(
                 &network,
                 None::<bollard::query_parameters::InspectNetworkOptions>,
@@ -524,13 +524,10 @@ impl DockerProvider {
             .map_err(|e| engine_error(&format!("inspecting network {network}"), &e))?
             .ipam
             .and_then(|ipam| ipam.config)
-            .into_iter()
-            .flatten()
-            .filter_map(|config| config.gateway)
-            .find_map(|gateway| gateway.parse::<std::net::IpAddr>().ok())
-            .ok_or_else(|| {
-                ProviderError::failed(format!("network {network} has no gateway address"))
-            })?;
+            .unwrap_or_default();
+        let gateway = egress::network_gateway(&configs).ok_or_else(|| {
+            ProviderError::failed(format!("network {network} has no gateway address"))
+        })?;
         self.egress_proxy
             .ensure_listening(gateway, egress_lookup(docker))
             .await?;
