@@ -4,8 +4,9 @@
 // 1. First load of /ui: bytes transferred (compressed) and the time until the list is
 //    interactive (the spawn button and the first page of rows on screen), each load in a fresh
 //    browser context (empty cache).
-// 2. The live list with SIZE sandboxes, all of them paged in: while sandboxes are spawned and
-//    destroyed through the API, the frame intervals and long tasks the page shows, the requests
+// 2. The live list with SIZE sandboxes, all of them paged in: against the same page idle, while
+//    sandboxes are spawned and destroyed through the API, the frame intervals and long tasks
+//    the page shows, the requests
 //    it makes (a refetch of the whole list would show as list requests), and how long after the
 //    last change the list agrees with the server.
 //
@@ -92,20 +93,23 @@ console.log(
     `interactive with a page of 100 rows after ${median(times)} ms (median of ${loads}; ${times.join(", ")} ms)`,
 );
 
-// 2. The live list with every sandbox paged in, under churn.
+// 2. The live list with every sandbox paged in (the first page on screen), under churn.
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
 await page.goto(`${base}/ui`);
 await page.getByText("live", { exact: true }).waitFor();
+await page.waitForFunction(() => document.querySelectorAll('[data-testid="sandbox-row"]').length >= 100);
 const paging = Date.now();
-while ((await page.getByRole("button", { name: /^Load \d+ more$/ }).count()) > 0) {
-  await page.getByRole("button", { name: /^Load \d+ more$/ }).click();
-  await page.waitForFunction(
-    (count) => document.querySelectorAll('[data-testid="sandbox-row"]').length > count,
-    await page.locator('[data-testid="sandbox-row"]').count(),
-  );
+const loaded = () => page.getByTestId("sandbox-count").getAttribute("data-loaded").then(Number);
+const next = page.getByRole("button", { name: "Next" });
+while (await next.isEnabled()) {
+  const before = await page.getByTestId("sandbox-count").textContent();
+  await next.click();
+  await page.waitForFunction((text) => document.querySelector('[data-testid="sandbox-count"]').textContent !== text, before);
 }
-const rows = await page.locator('[data-testid="sandbox-row"]').count();
-console.log(`paged in ${rows} rows in ${Date.now() - paging} ms`);
+const rows = await loaded();
+console.log(`paged through ${rows} sandboxes in ${Date.now() - paging} ms`);
+const previous = page.getByRole("button", { name: "Previous" });
+while (await previous.isEnabled()) await previous.click();
 
 const requests = { list: 0, one: 0, other: 0 };
 page.on("request", (request) => {
@@ -114,7 +118,9 @@ page.on("request", (request) => {
   else if (/^\/api\/v1\/sandboxes\/[^/]+$/.test(path)) requests.one += 1;
   else if (path.startsWith("/api/")) requests.other += 1;
 });
-await page.evaluate(() => {
+/** Frame intervals and long tasks from now until `stop()`. */
+const startProbe = () =>
+  page.evaluate(() => {
   const probe = { frames: [], longTasks: [] };
   globalThis.__probe = probe;
   let last = performance.now();
@@ -128,40 +134,54 @@ await page.evaluate(() => {
     for (const entry of list.getEntries()) probe.longTasks.push(entry.duration);
   }).observe({ type: "longtask", buffered: false });
 });
+const stopProbe = async () => {
+  const probe = await page.evaluate(() => {
+    globalThis.__probe.stopped = true;
+    return globalThis.__probe;
+  });
+  const frames = probe.frames.slice(1);
+  return (
+    `frames ${frames.length}, interval median ${median(frames).toFixed(1)} ms, p99 ${quantile(frames, 0.99).toFixed(1)} ms, ` +
+    `max ${Math.max(...frames).toFixed(1)} ms; long tasks ${probe.longTasks.length}, longest ${Math.max(0, ...probe.longTasks).toFixed(0)} ms`
+  );
+};
 
-// Half spawns, half destroys of the listed sandboxes, 16 at a time.
+// The baseline: the same page, idle, for as long as the churn lasts.
+const pace = Number(process.env.CHURN_SECONDS ?? 5);
+await startProbe();
+await page.waitForTimeout(pace * 1000);
+console.log(`idle (baseline, ${pace} s): ${await stopProbe()}`);
+await startProbe();
+
+// Half spawns, half destroys of the listed sandboxes, spread evenly over CHURN_SECONDS.
 const churnStarted = Date.now();
 const victims = ids.splice(0, churn / 2);
 const work = [...victims.map((id) => ["DELETE", id]), ...Array.from({ length: churn / 2 }, () => ["POST"])];
 work.sort(() => Math.random() - 0.5);
-await inParallel(work, 16, async ([method, id]) => {
-  if (method === "DELETE") await api("DELETE", `/sandboxes/${id}`);
-  else ids.push((await api("POST", "/sandboxes", { ttl: "2h" })).id);
-});
+await Promise.all(
+  work.map(async ([method, id], i) => {
+    await new Promise((resolve) => setTimeout(resolve, (i * pace * 1000) / work.length));
+    if (method === "DELETE") await api("DELETE", `/sandboxes/${id}`);
+    else ids.push((await api("POST", "/sandboxes", { ttl: "2h" })).id);
+  }),
+);
 const churnTook = Date.now() - churnStarted;
-const expected = rows; // as many spawned as destroyed
+// As many spawned as destroyed; the page shown (the first) holds the API's first page.
 const settledFrom = Date.now();
+const newest = (await api("GET", "/sandboxes?limit=100")).map((s) => s.id);
 await page.waitForFunction(
-  ({ expected, gone }) =>
-    document.querySelectorAll('[data-testid="sandbox-row"]').length === expected &&
-    gone.every((id) => !document.querySelector(`[data-sandbox-id="${id}"]`)),
-  { expected, gone: victims },
+  ({ expected, newest }) =>
+    Number(document.querySelector('[data-testid="sandbox-count"]').getAttribute("data-loaded")) === expected &&
+    [...document.querySelectorAll('[data-testid="sandbox-row"]')].map((r) => r.getAttribute("data-sandbox-id")).join() ===
+      newest.join(),
+  { expected: rows, newest },
   { timeout: 30000 },
 );
 const settled = Date.now() - settledFrom;
-const probe = await page.evaluate(() => {
-  globalThis.__probe.stopped = true;
-  return globalThis.__probe;
-});
-const frames = probe.frames.slice(1);
+console.log(`churn: ${await stopProbe()}`);
 console.log(
   `churn: ${churn} changes (${churn / 2} spawns, ${churn / 2} destroys) in ${churnTook} ms over ${rows} rows; ` +
     `list agreed ${settled} ms after the last change`,
-);
-console.log(
-  `frames: ${frames.length}, interval median ${median(frames).toFixed(1)} ms, p99 ${quantile(frames, 0.99).toFixed(1)} ms, ` +
-    `max ${Math.max(...frames).toFixed(1)} ms; long tasks: ${probe.longTasks.length}, ` +
-    `longest ${Math.max(0, ...probe.longTasks).toFixed(0)} ms`,
 );
 console.log(
   `requests during the churn: ${requests.list} list pages, ${requests.one} single sandboxes, ${requests.other} other`,

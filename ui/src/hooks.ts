@@ -45,16 +45,18 @@ export function useLoad<T>(path: string | null): Loaded<T> {
  * each; answers the stream's status (shown as "live" once subscribed).
  */
 export function useEvents(query: string, onEvent: (event: Event) => void): StreamStatus {
-  const [status, setStatus] = useState<StreamStatus>("connecting");
+  // The status belongs to the query it was reported for: a new query is "connecting" from its
+  // first render, not "live" on the strength of the stream it replaces.
+  const [state, setState] = useState<{ query: string; status: StreamStatus }>({ query, status: "connecting" });
   const handler = useRef(onEvent);
   handler.current = onEvent;
   useEffect(() => {
     const stop = new AbortController();
-    setStatus("connecting");
-    void followEvents(query, (event) => handler.current(event), setStatus, stop.signal);
+    const report = (status: StreamStatus) => setState({ query, status });
+    void followEvents(query, (event) => handler.current(event), report, stop.signal);
     return () => stop.abort();
   }, [query]);
-  return status;
+  return state.query === query ? state.status : "connecting";
 }
 
 /** Calls `tick` every `ms` while the page is shown and the browser tab is visible. */

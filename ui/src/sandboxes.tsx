@@ -38,13 +38,18 @@ function matches(filters: Filters, sandbox: Sandbox): boolean {
   );
 }
 
-const newestFirst = (a: Sandbox, b: Sandbox) =>
-  b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id);
+/** Newest first, as the API lists (plain comparisons: `localeCompare` is far slower). */
+const newestFirst = (a: Sandbox, b: Sandbox) => {
+  const older = (x: string, y: string) => (x < y ? 1 : x > y ? -1 : 0);
+  return older(a.created_at, b.created_at) || older(a.id, b.id);
+};
 
 export function SandboxList() {
   const [filters, setFilters] = useState<Filters>({ state: "", owner: "", provider: "" });
   const [sandboxes, setSandboxes] = useState<Sandbox[]>([]);
   const [next, setNext] = useState<string | null>(null);
+  /** The page on screen (of PAGE rows): only it is rendered, however many are loaded. */
+  const [shown, setShown] = useState(0);
   const [error, setError] = useState("");
   const [template, setTemplate] = useState("");
   const [busy, setBusy] = useState(false);
@@ -55,13 +60,28 @@ export function SandboxList() {
   current.current = filters;
   useInterval(() => setNow(Date.now()), 10000);
 
-  const upsert = (sandbox: Sandbox) =>
-    setSandboxes((list) => {
-      const rest = list.filter((s) => s.id !== sandbox.id);
-      if (!matches(current.current, sandbox)) return rest.length === list.length ? list : rest;
-      return [sandbox, ...rest].sort(newestFirst);
+  // Changes (a sandbox read again, or an id to drop) are applied together once per animation
+  // frame: a burst of events costs one render of the list, not one per sandbox.
+  const changes = useRef(new Map<string, Sandbox | null>());
+  const frame = useRef(0);
+  const change = (id: string, sandbox: Sandbox | null) => {
+    changes.current.set(id, sandbox);
+    if (frame.current) return;
+    frame.current = requestAnimationFrame(() => {
+      frame.current = 0;
+      const batch = changes.current;
+      changes.current = new Map();
+      setSandboxes((list) => {
+        const kept = list.filter((s) => !batch.has(s.id));
+        const added = [...batch.values()].filter((s): s is Sandbox => s !== null && matches(current.current, s));
+        if (added.length === 0 && kept.length === list.length) return list;
+        return added.length ? [...kept, ...added].sort(newestFirst) : kept;
+      });
     });
-  const forget = (id: string) => setSandboxes((list) => list.filter((s) => s.id !== id));
+  };
+  useEffect(() => () => cancelAnimationFrame(frame.current), []);
+  const upsert = (sandbox: Sandbox) => change(sandbox.id, sandbox);
+  const forget = (id: string) => change(id, null);
 
   const load = async (cursor: string | null) => {
     const asked = current.current;
@@ -82,6 +102,7 @@ export function SandboxList() {
   useEffect(() => {
     setSandboxes([]);
     setNext(null);
+    setShown(0);
     void load(null);
   }, [filters]);
 
@@ -126,6 +147,16 @@ export function SandboxList() {
     setBusy(true);
     await act("POST", template ? `/templates/${encodeURIComponent(template)}/spawn` : "/sandboxes", {});
     setBusy(false);
+  };
+
+  // The page shown stays in range as sandboxes come and go.
+  const pages = Math.max(1, Math.ceil(sandboxes.length / PAGE));
+  const page = Math.min(shown, pages - 1);
+  const first = page * PAGE;
+  const hasNext = page < pages - 1 || next !== null;
+  const forward = async () => {
+    if (page === pages - 1 && next) await load(next);
+    setShown(page + 1);
   };
 
   const filter = (key: keyof Filters) => (event: globalThis.Event) =>
@@ -195,20 +226,25 @@ export function SandboxList() {
             </tr>
           </thead>
           <tbody>
-            {sandboxes.map((s) => (
+            {sandboxes.slice(first, first + PAGE).map((s) => (
               <Row key={s.id} sandbox={s} now={now} act={act} />
             ))}
           </tbody>
         </table>
       </div>
-      <p class="muted">
-        {sandboxes.length} shown{next ? ", more on the server" : ""}.
-      </p>
-      {next && (
-        <button type="button" class="secondary" onClick={() => void load(next)}>
-          Load {PAGE} more
+      <nav class="pager" aria-label="Pages of sandboxes">
+        <button type="button" class="secondary" disabled={page === 0} onClick={() => setShown(page - 1)}>
+          Previous
         </button>
-      )}
+        <span data-testid="sandbox-count" data-loaded={sandboxes.length}>
+          {sandboxes.length === 0
+            ? "No sandboxes."
+            : `${first + 1}–${Math.min(first + PAGE, sandboxes.length)} of ${sandboxes.length}${next ? "+" : ""}`}
+        </span>
+        <button type="button" class="secondary" disabled={!hasNext} onClick={() => void forward()}>
+          Next
+        </button>
+      </nav>
     </section>
   );
 }

@@ -129,6 +129,83 @@ const scenarios = {
     check(!list.some((s) => s.id === id), `${id} is still listed after the destroy`);
   },
 
+  /** Filters narrow the list as the server would; extend, pause and resume work from a row. */
+  async "list-actions"(browser) {
+    const first = await api("POST", "/sandboxes", {});
+    const second = await api("POST", "/sandboxes", {});
+    const page = await open(browser);
+    await page.getByText("live", { exact: true }).waitFor();
+    await row(page, first.id).getByRole("button", { name: /^Pause/ }).click();
+    await row(page, first.id).getByText("paused", { exact: true }).waitFor();
+    check((await api("GET", `/sandboxes/${first.id}`)).state === "paused", "the row's Pause did not pause");
+    await page.getByRole("combobox", { name: "State" }).selectOption("paused");
+    await row(page, second.id).waitFor({ state: "detached" });
+    await row(page, first.id).waitFor();
+    check((await page.locator('[data-testid="sandbox-row"]').count()) === 1, "the paused filter shows more than the paused sandbox");
+    await row(page, first.id).getByRole("button", { name: /^Resume/ }).click();
+    // Resumed, it no longer matches the filter and leaves the list.
+    await row(page, first.id).waitFor({ state: "detached" });
+    check((await api("GET", `/sandboxes/${first.id}`)).state === "running", "the row's Resume did not resume");
+    await page.getByRole("combobox", { name: "State" }).selectOption("");
+    await row(page, second.id).waitFor();
+    // The test server's clock stands still, so the new expiry is the old one: the request is
+    // what shows.
+    const [extended] = await Promise.all([
+      page.waitForResponse((r) => r.url().endsWith(`/sandboxes/${second.id}/extend`)),
+      row(page, second.id).getByRole("button", { name: /^Extend 30m/ }).click(),
+    ]);
+    check(extended.status() === 200, `the row's Extend answered ${extended.status()}`);
+    check(JSON.parse(extended.request().postData() ?? "{}").ttl === "30m", "the row's Extend asked for another ttl");
+    await page.getByRole("searchbox", { name: "Owner" }).fill("nobody-owns-this");
+    await page.getByRole("searchbox", { name: "Owner" }).press("Enter");
+    await row(page, second.id).waitFor({ state: "detached" });
+    await screenshot(page, "sandboxes-filtered");
+  },
+
+  /** One sandbox's exec history with an exec's output, its resource samples and its logs. */
+  async "sandbox-details"(browser) {
+    const sandbox = await api("POST", "/sandboxes", {});
+    const exec = await api("POST", `/sandboxes/${sandbox.id}/exec`, { command: "echo history-marker; echo oops >&2" });
+    const page = await open(browser, `/ui/sandboxes/${sandbox.id}`);
+    const record = page.locator(`[data-testid="exec-row"][data-exec-id="${exec.exec_id}"]`);
+    await record.getByText("exited", { exact: true }).waitFor();
+    await record.getByRole("button", { name: /of output from/ }).click();
+    const output = page.getByTestId("exec-output");
+    await output.filter({ hasText: "history-marker" }).waitFor();
+    await output.filter({ hasText: "[exited with 0" }).waitFor();
+    // A new exec shows up in the history from its events, without a reload.
+    const later = await api("POST", `/sandboxes/${sandbox.id}/exec`, { command: "true" });
+    await page.locator(`[data-testid="exec-row"][data-exec-id="${later.exec_id}"]`).waitFor();
+    await page.getByText(/^Memory \d/).waitFor();
+    await page.getByRole("button", { name: "Refresh" }).click();
+    await page.getByRole("region", { name: "Log lines" }).filter({ hasText: "history-marker" }).waitFor();
+    await assertAccessible(page, "sandbox page with an exec's output");
+    await screenshot(page, "sandbox-details");
+  },
+
+  /** Past a page of 100 the list pages, following the API's cursor, and stays current. */
+  async paging(browser) {
+    await Promise.all(Array.from({ length: 8 }, async () => {
+      for (let i = 0; i < 13; i += 1) await api("POST", "/sandboxes", {});
+    }));
+    const page = await open(browser);
+    const count = page.getByTestId("sandbox-count");
+    await count.filter({ hasText: "1–100 of 100+" }).waitFor();
+    check((await page.locator('[data-testid="sandbox-row"]').count()) === 100, "the first page holds other than 100 rows");
+    await page.getByRole("button", { name: "Next" }).click();
+    await count.filter({ hasText: "101–104 of 104" }).waitFor();
+    check(await page.getByRole("button", { name: "Next" }).isDisabled(), "Next is enabled on the last page");
+    const oldest = (await api("GET", "/sandboxes?limit=1000")).at(-1);
+    await row(page, oldest.id).waitFor();
+    await api("POST", "/sandboxes", {});
+    await count.filter({ hasText: "101–105 of 105" }).waitFor();
+    await api("DELETE", `/sandboxes/${oldest.id}`);
+    await count.filter({ hasText: "101–104 of 104" }).waitFor();
+    await row(page, oldest.id).waitFor({ state: "detached" });
+    await page.getByRole("button", { name: "Previous" }).click();
+    await count.filter({ hasText: "1–100 of 104" }).waitFor();
+  },
+
   /** Typing `echo $((6*7))` in the terminal shows 42. */
   async terminal(browser) {
     const sandbox = await api("POST", "/sandboxes", {});
@@ -178,6 +255,18 @@ const scenarios = {
     await page
       .locator(`[data-testid="event-row"][data-event-type="sandbox.created"][data-sandbox-id="${sandbox.id}"]`)
       .waitFor({ timeout: 5000 });
+    // Filtered by type, the page shows only that type.
+    await page.getByRole("searchbox", { name: "Types (comma-separated)" }).fill("sandbox.destroyed");
+    await page.getByRole("searchbox", { name: "Types (comma-separated)" }).press("Enter");
+    await page.getByRole("button", { name: "Clear" }).click();
+    await page.getByText("live", { exact: true }).waitFor();
+    const other = await api("POST", "/sandboxes", {});
+    await api("DELETE", `/sandboxes/${other.id}`);
+    await page
+      .locator(`[data-testid="event-row"][data-event-type="sandbox.destroyed"][data-sandbox-id="${other.id}"]`)
+      .waitFor({ timeout: 5000 });
+    const shown = await page.$$eval('[data-testid="event-row"]', (rows) => rows.map((r) => r.getAttribute("data-event-type")));
+    check(shown.every((type) => type === "sandbox.destroyed"), `the type filter let through ${shown.join(", ")}`);
     await assertAccessible(page, "events page");
     await screenshot(page, "events");
   },

@@ -90,6 +90,24 @@ async fn spawn_and_destroy_from_the_console() {
 }
 
 #[tokio::test]
+async fn the_list_filters_and_extends_pauses_and_resumes_from_its_rows() {
+    let server = TestServer::start().await;
+    scenario(&server, "list-actions", &[]).await;
+}
+
+#[tokio::test]
+async fn the_list_pages_past_100_and_stays_current() {
+    let server = TestServer::start().await;
+    scenario(&server, "paging", &[]).await;
+}
+
+#[tokio::test]
+async fn the_sandbox_page_shows_exec_history_output_stats_and_logs() {
+    let server = TestServer::start().await;
+    scenario(&server, "sandbox-details", &[]).await;
+}
+
+#[tokio::test]
 async fn the_terminal_runs_what_is_typed() {
     let server = with_auth().await;
     scenario(&server, "terminal", &[("SVC_API_KEY", KEY)]).await;
