@@ -7,7 +7,7 @@
 // Environment: SVC_URL (the server, e.g. http://127.0.0.1:8080), SVC_API_KEY (when the server
 // has auth enabled), SVC_SCREENSHOTS (a directory), SVC_CHROMIUM (default /usr/bin/chromium).
 import { chromium } from "playwright-core";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 
@@ -17,6 +17,7 @@ const shots = process.env.SVC_SCREENSHOTS ?? "screenshots";
 const scenario = process.argv[2] ?? fail("name a scenario");
 mkdirSync(shots, { recursive: true });
 const require = createRequire(import.meta.url);
+const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 
 function fail(message) {
   throw new Error(message);
@@ -44,7 +45,7 @@ async function api(method, path, body) {
 async function open(browser, path = "/ui", viewport = { width: 1280, height: 800 }) {
   const page = await browser.newPage({ viewport });
   page.setDefaultTimeout(15000);
-  page.on("pageerror", (error) => console.error(`page error: ${error.message}`));
+  watch(page);
   await page.goto(`${base}${path}`);
   if (apiKey) {
     const form = page.getByTestId("auth-form");
@@ -54,6 +55,17 @@ async function open(browser, path = "/ui", viewport = { width: 1280, height: 800
     await form.waitFor({ state: "detached" });
   }
   return page;
+}
+
+/** Uncaught errors and anything the content security policy refused, failing the scenario. */
+const problems = [];
+function watch(page) {
+  page.on("pageerror", (error) => problems.push(`uncaught: ${error.message}`));
+  page.on("console", (message) => {
+    if (message.type() === "error" && /Content Security Policy/i.test(message.text())) {
+      problems.push(`refused by the policy: ${message.text()}`);
+    }
+  });
 }
 
 async function screenshot(page, name) {
@@ -67,7 +79,8 @@ const row = (page, id) => page.locator(`[data-testid="sandbox-row"][data-sandbox
  * reader can say, text has enough contrast, landmarks and headings make sense.
  */
 async function assertAccessible(page, where) {
-  await page.addScriptTag({ path: require.resolve("axe-core/axe.min.js") });
+  // Evaluated through the driver: the page's own policy rightly refuses an injected script tag.
+  await page.evaluate(axeSource);
   const violations = await page.evaluate(async () => {
     const result = await globalThis.axe.run(document, {
       runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] },
@@ -276,6 +289,7 @@ const scenarios = {
     check(apiKey, "the auth scenario needs SVC_API_KEY");
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
     page.setDefaultTimeout(15000);
+    watch(page);
     await page.goto(`${base}/ui`);
     const form = page.getByTestId("auth-form");
     await form.waitFor();
@@ -342,6 +356,7 @@ const browser = await chromium.launch({
 });
 try {
   await run(browser);
+  check(problems.length === 0, `the pages reported:\n  ${problems.join("\n  ")}`);
   console.log(`${scenario}: passed`);
 } finally {
   await browser.close();

@@ -71,8 +71,26 @@ fn answer(asset: &Asset, request: &Request) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    if asset.path.ends_with(".html") {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        );
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
     response
 }
+
+/// What the console's page may load and do: its own files and API only (the credential it
+/// holds must not be readable by anything else), inline styles (xterm.js writes its theme into
+/// a `<style>` element), the empty `data:` icon; never framed, so no other site can overlay it.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+    style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+    frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'";
 
 async fn serve(request: Request) -> Response {
     let path = request.uri().path();

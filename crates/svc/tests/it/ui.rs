@@ -36,6 +36,17 @@ async fn the_console_is_served_at_ui_without_credentials_and_small() {
     assert_eq!(page.status(), 200);
     assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
     assert_eq!(page.headers()["cache-control"], "no-cache");
+    // The page loads only its own files and API, and no other site may frame it.
+    let policy = page.headers()["content-security-policy"].to_str().unwrap();
+    for directive in [
+        "script-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(policy.contains(directive), "{policy}");
+    }
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    assert_eq!(page.headers()["referrer-policy"], "no-referrer");
     let html = page.text().await.unwrap();
     assert!(html.contains("<div id=\"app\"></div>"), "{html}");
     // Pages the console routes in the browser get the same document.
