@@ -1,5 +1,6 @@
 // The live event stream, newest first, filtered by type and by sandbox as the API filters it.
-import { useState } from "preact/hooks";
+import { memo } from "preact/compat";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { LiveStatus, PageLink } from "./components";
 import { useEvents } from "./hooks";
 import type { Event } from "./api";
@@ -15,7 +16,20 @@ export function EventsPage() {
   if (types) params.set("types", types);
   if (sandbox) params.set("sandbox_id", sandbox);
   const query = params.toString() ? `?${params}` : "";
-  const status = useEvents(query, (event) => setEvents((list) => [event, ...list].slice(0, KEEP)));
+  // Events that arrive together are shown together, once per animation frame.
+  const arrived = useRef<Event[]>([]);
+  const frame = useRef(0);
+  useEffect(() => () => cancelAnimationFrame(frame.current), []);
+  const status = useEvents(query, (event) => {
+    arrived.current.push(event);
+    if (frame.current) return;
+    frame.current = requestAnimationFrame(() => {
+      frame.current = 0;
+      const batch = arrived.current.reverse();
+      arrived.current = [];
+      setEvents((list) => [...batch, ...list].slice(0, KEEP));
+    });
+  });
   const text = (set: (value: string) => void) => (event: globalThis.Event) =>
     set((event.target as HTMLInputElement).value.replace(/\s+/g, ""));
   return (
@@ -49,25 +63,7 @@ export function EventsPage() {
           </thead>
           <tbody>
             {events.map((event) => (
-              <tr
-                key={event.id}
-                data-testid="event-row"
-                data-event-type={event.type}
-                data-sandbox-id={event.sandbox_id || undefined}
-              >
-                <td>{new Date(event.timestamp).toLocaleTimeString()}</td>
-                <td>{event.type}</td>
-                <td>
-                  {event.sandbox_id ? (
-                    <PageLink href={`/ui/sandboxes/${event.sandbox_id}`}>{event.sandbox_id}</PageLink>
-                  ) : (
-                    "—"
-                  )}
-                </td>
-                <td class="clip">
-                  <code>{event.data ? JSON.stringify(event.data) : ""}</code>
-                </td>
-              </tr>
+              <EventRow key={event.id} event={event} />
             ))}
           </tbody>
         </table>
@@ -76,3 +72,20 @@ export function EventsPage() {
     </section>
   );
 }
+
+/** One event; an event never changes, so its row is rendered once. */
+const EventRow = memo(function EventRow(props: { event: Event }) {
+  const event = props.event;
+  return (
+    <tr data-testid="event-row" data-event-type={event.type} data-sandbox-id={event.sandbox_id || undefined}>
+      <td>{new Date(event.timestamp).toLocaleTimeString()}</td>
+      <td>{event.type}</td>
+      <td>
+        {event.sandbox_id ? <PageLink href={`/ui/sandboxes/${event.sandbox_id}`}>{event.sandbox_id}</PageLink> : "—"}
+      </td>
+      <td class="clip">
+        <code>{event.data ? JSON.stringify(event.data) : ""}</code>
+      </td>
+    </tr>
+  );
+});

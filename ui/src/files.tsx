@@ -65,6 +65,9 @@ export function FileBrowser(props: { id: string }) {
       <div class="toolbar">
         <h2 id="files-title">Files</h2>
         <code title="The directory shown">{dir}</code>
+        <button type="button" class="secondary" aria-label="Refresh files" onClick={() => void load(dir)}>
+          Refresh
+        </button>
         <label>
           Upload into {dir}
           <input

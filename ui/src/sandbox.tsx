@@ -154,7 +154,7 @@ function Logs(props: { path: string }) {
     <section aria-labelledby="logs-title" class="panel">
       <div class="toolbar">
         <h2 id="logs-title">Logs</h2>
-        <button type="button" class="secondary" onClick={() => void logs.reload()}>
+        <button type="button" class="secondary" aria-label="Refresh logs" onClick={() => void logs.reload()}>
           Refresh
         </button>
       </div>

@@ -190,7 +190,7 @@ const scenarios = {
     const later = await api("POST", `/sandboxes/${sandbox.id}/exec`, { command: "true" });
     await page.locator(`[data-testid="exec-row"][data-exec-id="${later.exec_id}"]`).waitFor();
     await page.getByText(/^Memory \d/).waitFor();
-    await page.getByRole("button", { name: "Refresh" }).click();
+    await page.getByRole("button", { name: "Refresh logs" }).click();
     await page.getByRole("region", { name: "Log lines" }).filter({ hasText: "history-marker" }).waitFor();
     await assertAccessible(page, "sandbox page with an exec's output");
     await screenshot(page, "sandbox-details");
