@@ -28,6 +28,9 @@ export function TerminalPanel(props: { id: string }) {
     const terminal = new Terminal({ convertEol: false, cursorBlink: true, fontSize: 14 });
     const fit = new FitAddon();
     terminal.loadAddon(fit);
+    // Shift+Tab is left to the browser, so keyboard users can leave the terminal (Tab itself
+    // belongs to the shell's completion).
+    terminal.attachCustomKeyEventHandler((event) => !(event.key === "Tab" && event.shiftKey));
     terminal.open(host.current);
     fit.fit();
     const scheme = location.protocol === "https:" ? "wss" : "ws";
@@ -78,6 +81,7 @@ export function TerminalPanel(props: { id: string }) {
         </button>
       </div>
       <div data-testid="terminal" ref={host} class="terminal-screen" />
+      <p class="muted hint">Shift+Tab leaves the terminal.</p>
     </section>
   );
 }

@@ -230,6 +230,12 @@ const scenarios = {
     await page.keyboard.type("echo $((6*7))\n");
     // The typed line holds no "42": only the command's output can.
     await terminal.locator(".xterm-rows").getByText(/^\s*42\s*$/).first().waitFor({ timeout: 10000 });
+    // No keyboard trap: Shift+Tab leaves the terminal.
+    await page.keyboard.press("Shift+Tab");
+    const inside = await page.evaluate(() =>
+      Boolean(document.activeElement?.closest('[data-testid="terminal"]')),
+    );
+    check(!inside, "Shift+Tab left the focus in the terminal");
     await assertAccessible(page, "sandbox page with its terminal");
     await screenshot(page, "terminal");
     await page.setViewportSize({ width: 390, height: 844 });
