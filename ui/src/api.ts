@@ -102,15 +102,18 @@ const RECONNECT_MS = 2000;
 /**
  * Follows `GET /events` with `query` until `signal` aborts, calling `onEvent` for each event.
  * A dropped stream (or one the server ended after an `overflow`) is reopened after a pause with
- * `Last-Event-ID`, so no event is missed; a refusal other than rate limiting stops it.
+ * `Last-Event-ID`, so no event is missed; a refusal other than rate limiting stops it. With
+ * `replay`, the server's history comes first: an ID it does not hold replays all of it
+ * (decisions §12).
  */
 export async function followEvents(
   query: string,
   onEvent: (event: Event) => void,
   onStatus: (status: StreamStatus) => void,
   signal: AbortSignal,
+  replay = false,
 ): Promise<void> {
-  let last = "";
+  let last = replay ? "history" : "";
   while (!signal.aborted) {
     let reason = "the stream ended";
     try {

@@ -1,4 +1,5 @@
-// The live event stream, newest first, filtered by type and by sandbox as the API filters it.
+// The event stream, newest first, filtered by type and by sandbox as the API filters it: the
+// server's recent history, then live events.
 import { memo } from "preact/compat";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { LiveStatus, PageLink } from "./components";
@@ -20,6 +21,11 @@ export function EventsPage() {
   const arrived = useRef<Event[]>([]);
   const frame = useRef(0);
   useEffect(() => () => cancelAnimationFrame(frame.current), []);
+  // A new filter replays the history under it: start from empty (before the stream starts).
+  useEffect(() => {
+    arrived.current = [];
+    setEvents([]);
+  }, [query]);
   const status = useEvents(query, (event) => {
     arrived.current.push(event);
     if (frame.current) return;
@@ -29,7 +35,7 @@ export function EventsPage() {
       arrived.current = [];
       setEvents((list) => [...batch, ...list].slice(0, KEEP));
     });
-  });
+  }, true);
   const text = (set: (value: string) => void) => (event: globalThis.Event) =>
     set((event.target as HTMLInputElement).value.replace(/\s+/g, ""));
   return (

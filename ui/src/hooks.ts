@@ -44,7 +44,7 @@ export function useLoad<T>(path: string | null): Loaded<T> {
  * Follows the events `query` selects while the page is shown, calling the latest `onEvent` for
  * each; answers the stream's status (shown as "live" once subscribed).
  */
-export function useEvents(query: string, onEvent: (event: Event) => void): StreamStatus {
+export function useEvents(query: string, onEvent: (event: Event) => void, replay = false): StreamStatus {
   // The status belongs to the query it was reported for: a new query is "connecting" from its
   // first render, not "live" on the strength of the stream it replaces.
   const [state, setState] = useState<{ query: string; status: StreamStatus }>({ query, status: "connecting" });
@@ -53,7 +53,7 @@ export function useEvents(query: string, onEvent: (event: Event) => void): Strea
   useEffect(() => {
     const stop = new AbortController();
     const report = (status: StreamStatus) => setState({ query, status });
-    void followEvents(query, (event) => handler.current(event), report, stop.signal);
+    void followEvents(query, (event) => handler.current(event), report, stop.signal, replay);
     return () => stop.abort();
   }, [query]);
   return state.query === query ? state.status : "connecting";

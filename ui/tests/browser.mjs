@@ -266,9 +266,13 @@ const scenarios = {
     await screenshot(page, "files");
   },
 
-  /** The events page shows `sandbox.created` live. */
+  /** The events page shows the recent history, then `sandbox.created` live. */
   async events(browser) {
+    const earlier = await api("POST", "/sandboxes", {});
     const page = await open(browser, "/ui/events");
+    await page
+      .locator(`[data-testid="event-row"][data-event-type="sandbox.created"][data-sandbox-id="${earlier.id}"]`)
+      .waitFor();
     await page.getByText("live", { exact: true }).waitFor();
     const sandbox = await api("POST", "/sandboxes", {});
     await page
