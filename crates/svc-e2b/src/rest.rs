@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use svc_control::{ListSandboxes, Principal};
+use svc_control::{ListSandboxes, PageRequest, Principal, MAX_PAGE};
 use svc_core::egress::{Egress, EgressMode};
 use svc_core::error::Resource;
 use svc_core::sandbox::{ExtendRequest, Metadata, Sandbox, SandboxState, SpawnRequest};
@@ -207,33 +207,22 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn listed(
-    e2b: &E2b,
-    headers: &HeaderMap,
-    metadata: Option<&str>,
-    states: &[&str],
-) -> Result<Vec<Sandbox>, E2bError> {
-    let principal = e2b.api_caller(headers).await?;
-    let sandboxes = e2b
-        .plane
-        .list_sandboxes(&principal, ListSandboxes::default())
-        .await?;
-    Ok(sandboxes
-        .into_iter()
-        .filter(|s| {
-            let state = if s.state == SandboxState::Paused {
-                "paused"
-            } else {
-                "running"
-            };
-            matches!(s.state, SandboxState::Running | SandboxState::Paused)
-                && states.contains(&state)
-                && matches_metadata(s, metadata)
-        })
-        .collect())
+/// Whether E2B lists `sandbox` under `states` (`running`, `paused`) and the metadata filter.
+fn listed(sandbox: &Sandbox, states: &[&str], metadata: Option<&str>) -> bool {
+    let state = match sandbox.state {
+        SandboxState::Running => "running",
+        SandboxState::Paused => "paused",
+        _ => return false,
+    };
+    states.contains(&state) && matches_metadata(sandbox, metadata)
 }
 
 /// `GET /v2/sandboxes`: running and paused sandboxes, `limit` at a time (`x-next-token`).
+///
+/// The token is svc's own list cursor, so paging neither skips nor repeats a sandbox while
+/// others come and go, and each page reads only what it needs: svc pages of the number still
+/// missing, each consumed whole, until the page is full or the list ends (the metadata and
+/// two-state filters are applied here, so one svc page may not fill an E2B page).
 pub(crate) async fn list(
     State(e2b): State<E2b>,
     headers: HeaderMap,
@@ -243,28 +232,51 @@ pub(crate) async fn list(
         Some(list) if !list.is_empty() => list.split(',').map(str::trim).collect(),
         _ => vec!["running", "paused"],
     };
-    let sandboxes = listed(&e2b, &headers, query.metadata.as_deref(), &states).await?;
-    let start: usize = match query.next_token.as_deref() {
-        Some(token) if !token.is_empty() => token.parse().map_err(|_| {
-            E2bError::new(
-                StatusCode::BAD_REQUEST,
-                "nextToken: is not a token of this list",
-            )
-        })?,
-        _ => 0,
+    // One asked-for state is svc's own filter; otherwise every active sandbox, filtered here.
+    let state = match states.as_slice() {
+        [only] if matches!(*only, "running" | "paused") => Some((*only).to_owned()),
+        _ => None,
     };
-    let limit = query.limit.unwrap_or(100).max(1);
-    let page: Vec<Value> = sandboxes
-        .iter()
-        .skip(start)
-        .take(limit)
-        .map(detail)
-        .collect();
-    let mut response = Json(page).into_response();
-    if start + limit < sandboxes.len() {
-        if let Ok(token) = HeaderValue::from_str(&(start + limit).to_string()) {
-            response.headers_mut().insert("x-next-token", token);
+    let limit = query.limit.unwrap_or(100).clamp(1, MAX_PAGE as usize);
+    let principal = e2b.api_caller(&headers).await?;
+    let mut cursor = query.next_token.filter(|token| !token.is_empty());
+    let mut page = Vec::with_capacity(limit);
+    loop {
+        let missing = u32::try_from(limit - page.len()).unwrap_or(MAX_PAGE);
+        let request = ListSandboxes {
+            state: state.clone(),
+            page: PageRequest {
+                limit: Some(missing),
+                cursor: cursor.take(),
+            },
+            ..ListSandboxes::default()
+        };
+        let found = e2b
+            .plane
+            .list_sandboxes_page(&principal, request)
+            .await
+            .map_err(|err| match err {
+                Error::InvalidInput { field, .. } if field == "cursor" => E2bError::new(
+                    StatusCode::BAD_REQUEST,
+                    "nextToken: is not a token of this list",
+                ),
+                other => other.into(),
+            })?;
+        page.extend(
+            found
+                .items
+                .iter()
+                .filter(|s| listed(s, &states, query.metadata.as_deref()))
+                .map(detail),
+        );
+        cursor = found.next_cursor;
+        if cursor.is_none() || page.len() >= limit {
+            break;
         }
+    }
+    let mut response = Json(page).into_response();
+    if let Some(token) = cursor.and_then(|token| HeaderValue::from_str(&token).ok()) {
+        response.headers_mut().insert("x-next-token", token);
     }
     Ok(response)
 }
@@ -275,8 +287,19 @@ pub(crate) async fn list_v1(
     headers: HeaderMap,
     E2bQuery(query): E2bQuery<ListQuery>,
 ) -> Result<Json<Vec<Value>>, E2bError> {
-    let sandboxes = listed(&e2b, &headers, query.metadata.as_deref(), &["running"]).await?;
-    Ok(Json(sandboxes.iter().map(detail).collect()))
+    let principal = e2b.api_caller(&headers).await?;
+    let request = ListSandboxes {
+        state: Some("running".to_owned()),
+        ..ListSandboxes::default()
+    };
+    let sandboxes = e2b.plane.list_sandboxes(&principal, request).await?;
+    Ok(Json(
+        sandboxes
+            .iter()
+            .filter(|s| listed(s, &["running"], query.metadata.as_deref()))
+            .map(detail)
+            .collect(),
+    ))
 }
 
 /// `GET /sandboxes/{id}`.

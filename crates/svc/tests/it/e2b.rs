@@ -435,3 +435,100 @@ async fn assert_e2b_error(response: reqwest::Response, status: StatusCode) {
     assert_eq!(body["code"], status.as_u16(), "{body}");
     assert!(body["message"].is_string(), "{body}");
 }
+
+/// `GET /v2/sandboxes` pages with svc's own cursor as `nextToken`: following the tokens while
+/// sandboxes are destroyed and created lists every sandbox that lived throughout exactly once,
+/// and the metadata filter still fills a page from further down the list.
+#[tokio::test]
+async fn the_e2b_list_pages_neither_skip_nor_repeat_while_sandboxes_change() {
+    let (server, e2b) = e2b_server(|_| {}).await;
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        // A second apart, so the list's order (newest first) is their order of creation.
+        server.clock.advance(std::time::Duration::from_secs(1));
+        let metadata = if i < 2 {
+            json!({"kind": "marked"})
+        } else {
+            json!({})
+        };
+        let created = create(
+            &client,
+            &e2b,
+            None,
+            json!({"templateID": "base", "metadata": metadata}),
+        )
+        .await;
+        assert_eq!(created.status(), StatusCode::CREATED);
+        let body: Value = created.json().await.unwrap();
+        ids.push(body["sandboxID"].as_str().unwrap().to_owned());
+    }
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut url = format!("{e2b}/v2/sandboxes?limit=2");
+        if let Some(token) = &token {
+            url.push_str(&format!("&nextToken={token}"));
+        }
+        let answer = client.get(url).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        token = answer
+            .headers()
+            .get("x-next-token")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let page: Vec<Value> = answer.json().await.unwrap();
+        assert!(page.len() <= 2, "{page:?}");
+        seen.extend(
+            page.iter()
+                .map(|s| s["sandboxID"].as_str().unwrap().to_owned()),
+        );
+        pages += 1;
+        if pages == 1 {
+            // Newest first: destroying one not yet listed and creating one mid-way changes
+            // neither what was listed nor what is still to come.
+            let gone = &ids[0];
+            let killed = client
+                .delete(format!("{e2b}/sandboxes/{gone}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(killed.status(), StatusCode::NO_CONTENT);
+            server.clock.advance(std::time::Duration::from_secs(1));
+            create(&client, &e2b, None, json!({"templateID": "base"})).await;
+        }
+        if token.is_none() {
+            break;
+        }
+    }
+    let mut expected: Vec<String> = ids[1..].to_vec();
+    expected.sort();
+    let mut listed = seen.clone();
+    listed.sort();
+    listed.dedup();
+    assert_eq!(
+        listed.len(),
+        seen.len(),
+        "a sandbox was listed twice: {seen:?}"
+    );
+    assert_eq!(listed, expected, "pages listed {seen:?}");
+
+    // Two marked sandboxes lie at the bottom of the list (the oldest); one survives. A page of
+    // the filter is filled from there, not left empty by the unmarked ones above it.
+    let marked = client
+        .get(format!("{e2b}/v2/sandboxes?limit=1&metadata=kind%3Dmarked"))
+        .send()
+        .await
+        .unwrap();
+    let page: Vec<Value> = marked.json().await.unwrap();
+    assert_eq!(page.len(), 1, "{page:?}");
+    assert_eq!(page[0]["sandboxID"], ids[1].as_str());
+
+    let bad = client
+        .get(format!("{e2b}/v2/sandboxes?nextToken=not-a-token"))
+        .send()
+        .await
+        .unwrap();
+    assert_e2b_error(bad, StatusCode::BAD_REQUEST).await;
+    server.shutdown().await;
+}
