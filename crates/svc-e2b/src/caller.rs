@@ -3,24 +3,33 @@
 //! `E2b-Sandbox-Id` and, when authentication is configured, carry the sandbox's access token
 //! (`X-Access-Token`, E2B's `envdAccessToken`) instead of an API key.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 use base64::Engine;
-use svc_control::{ControlPlane, Credentials, Principal};
+use svc_control::{ControlPlane, Credentials, EventFilter, Principal};
+use svc_core::event::EventType;
 use svc_core::Error;
 
 /// The E2B listener's state.
 #[derive(Clone)]
 pub(crate) struct E2b {
     pub(crate) plane: ControlPlane,
-    /// Per sandbox: whether it has `/bin/bash` (the SDKs run commands through it).
-    shells: Arc<Mutex<HashMap<String, bool>>>,
+    /// What this listener noted per sandbox, dropped when the sandbox is destroyed.
+    notes: Arc<Mutex<HashMap<String, SandboxNotes>>>,
     /// The directory watches the SDK polls.
     pub(crate) watchers: crate::watch::Watchers,
+}
+
+/// What the listener knows of one sandbox beyond svc's records.
+#[derive(Debug, Default)]
+struct SandboxNotes {
+    /// Whether it has `/bin/bash` (the SDKs run commands through it), once asked.
+    bash: Option<bool>,
     /// The execs started with a terminal here (their output is E2B's `pty` data on reattach).
-    pub(crate) terminals: Arc<Mutex<std::collections::HashSet<String>>>,
+    terminals: HashSet<String>,
 }
 
 /// A caller of a sandbox's in-sandbox services.
@@ -37,12 +46,17 @@ pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 
 impl E2b {
     pub(crate) fn new(plane: ControlPlane) -> Self {
-        E2b {
+        let e2b = E2b {
             plane,
-            shells: Arc::default(),
+            notes: Arc::default(),
             watchers: crate::watch::Watchers::default(),
-            terminals: Arc::default(),
-        }
+        };
+        forget_destroyed_sandboxes(e2b.plane.clone(), Arc::downgrade(&e2b.notes));
+        e2b
+    }
+
+    fn notes(&self) -> std::sync::MutexGuard<'_, HashMap<String, SandboxNotes>> {
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The caller of a control-plane route.
@@ -91,31 +105,29 @@ impl E2b {
         })
     }
 
-    /// Notes that `exec` runs with a terminal (kept while this listener runs: a terminal
-    /// reattached after a restart reports its output as stdout).
-    pub(crate) fn remember_terminal(&self, exec: &svc_core::ExecId) {
-        self.terminals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// Notes that `exec` of `sandbox` runs with a terminal (kept while this listener runs: a
+    /// terminal reattached after a restart reports its output as stdout).
+    pub(crate) fn remember_terminal(&self, sandbox: &str, exec: &svc_core::ExecId) {
+        self.notes()
+            .entry(sandbox.to_owned())
+            .or_default()
+            .terminals
             .insert(exec.to_string());
     }
 
-    /// Whether `exec` was started with a terminal here.
-    pub(crate) fn is_terminal(&self, exec: &svc_core::ExecId) -> bool {
-        self.terminals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(exec.as_str())
+    /// Whether `exec` of `sandbox` was started with a terminal here.
+    pub(crate) fn is_terminal(&self, sandbox: &str, exec: &svc_core::ExecId) -> bool {
+        self.notes()
+            .get(sandbox)
+            .is_some_and(|notes| notes.terminals.contains(exec.as_str()))
     }
 
     /// Whether the caller's sandbox has `/bin/bash`, asked once per sandbox.
     pub(crate) async fn has_bash(&self, caller: &SandboxCaller) -> bool {
         let known = self
-            .shells
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .notes()
             .get(&caller.sandbox)
-            .copied();
+            .and_then(|notes| notes.bash);
         if let Some(known) = known {
             return known;
         }
@@ -124,12 +136,44 @@ impl E2b {
             .stat_file(&caller.principal, &caller.sandbox, "/bin/bash")
             .await
             .is_ok_and(|info| !info.is_dir);
-        self.shells
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(caller.sandbox.clone(), found);
+        self.notes().entry(caller.sandbox.clone()).or_default().bash = Some(found);
         found
     }
+}
+
+/// Drops the notes of each sandbox once it is destroyed (on any replica: the bus delivers their
+/// events too), so they live no longer than their sandboxes. Ends with the control plane, or
+/// when the listener's state is gone.
+fn forget_destroyed_sandboxes(
+    plane: ControlPlane,
+    notes: Weak<Mutex<HashMap<String, SandboxNotes>>>,
+) {
+    let shutdown = plane.shutdown_token().clone();
+    tokio::spawn(async move {
+        loop {
+            let filter = EventFilter {
+                types: HashSet::from([EventType::SandboxDestroyed]),
+                ..EventFilter::default()
+            };
+            let mut destroyed = plane.events().subscribe(filter, None);
+            loop {
+                let event = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    event = destroyed.next() => event,
+                };
+                // None: this subscriber fell behind (or the bus closed); subscribe again.
+                let Some(event) = event else { break };
+                let Some(notes) = notes.upgrade() else { return };
+                if let Some(id) = &event.sandbox_id {
+                    notes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(id.as_str());
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
 }
 
 impl SandboxCaller {
@@ -153,5 +197,73 @@ impl SandboxCaller {
             _ if path.is_empty() => home,
             _ => format!("{home}/{path}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use svc_control::{Authenticator, ControlPlaneParts, ProviderRegistry};
+    use svc_core::event::{EventPayload, SandboxEventData};
+    use svc_core::{Clock, ExecId, SandboxId};
+
+    async fn plane() -> ControlPlane {
+        let clock: Arc<dyn Clock> = Arc::new(svc_core::SystemClock);
+        let store = svc_store::sqlite::SqliteStore::open(":memory:")
+            .await
+            .unwrap();
+        ControlPlane::new(ControlPlaneParts {
+            config: Arc::default(),
+            store: Arc::new(store),
+            providers: Arc::new(ProviderRegistry::new(
+                Vec::new(),
+                String::new(),
+                Arc::clone(&clock),
+            )),
+            clock,
+            authenticator: Authenticator::Open,
+            installation_id: "e2b-test".to_owned(),
+            event_log: None,
+            builder: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_destroyed_sandboxs_notes_are_dropped_and_the_others_kept() {
+        let e2b = E2b::new(plane().await);
+        let (gone, kept) = (SandboxId::generate(), SandboxId::generate());
+        let exec = ExecId::generate();
+        for sandbox in [&gone, &kept] {
+            e2b.remember_terminal(sandbox.as_str(), &exec);
+        }
+        // The subscription starts on the runtime; let it register before the event.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let data = SandboxEventData {
+            provider: "mock".into(),
+            image: "busybox".into(),
+            owner_id: String::new(),
+            tenant_id: "default".into(),
+            worker_id: None,
+            reason: None,
+            message: None,
+            error: None,
+            image_pulled: false,
+        };
+        e2b.plane
+            .events()
+            .publish(Some(&gone), EventPayload::SandboxDestroyed(data));
+        for _ in 0..100 {
+            if !e2b.is_terminal(gone.as_str(), &exec) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !e2b.is_terminal(gone.as_str(), &exec),
+            "the destroyed sandbox's notes stay"
+        );
+        assert!(e2b.is_terminal(kept.as_str(), &exec));
+        assert_eq!(e2b.notes().len(), 1);
     }
 }

@@ -161,7 +161,7 @@ pub(crate) async fn call(
                 Ok(record) => {
                     let offsets = [record.stdout_bytes, record.stderr_bytes];
                     let pid = pid_of(&record.exec_id);
-                    let tty = e2b.is_terminal(&record.exec_id);
+                    let tty = e2b.is_terminal(&caller.sandbox, &record.exec_id);
                     let events =
                         follow(&e2b, &caller, record.exec_id, pid, offsets, tty, keepalive).await;
                     events.map_or_else(|err| connect::stream_error(&err), connect::stream)
@@ -378,7 +378,7 @@ async fn start(
         .exec_background(&caller.principal, &caller.sandbox, command)
         .await?;
     if tty.is_some() {
-        e2b.remember_terminal(&exec_id);
+        e2b.remember_terminal(&caller.sandbox, &exec_id);
     }
     Ok((pid_of(&exec_id), exec_id, tty.is_some()))
 }

@@ -948,8 +948,9 @@ async fn builds_past_the_concurrency_bound_wait_their_turn() {
         follow(&server, "first", &first, Duration::from_secs(120)),
         follow(&server, "second", &second, Duration::from_secs(120)),
     );
-    assert_eq!(result_of(&a)["status"], "succeeded");
-    assert_eq!(result_of(&b)["status"], "succeeded");
+    // The result line names the error when a build fails.
+    assert_eq!(result_of(&a)["status"], "succeeded", "{}", result_of(&a));
+    assert_eq!(result_of(&b)["status"], "succeeded", "{}", result_of(&b));
     assert!(
         b[0].value["data"]
             .as_str()
