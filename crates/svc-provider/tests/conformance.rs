@@ -403,6 +403,32 @@ async fn stdin_then_eof(sb: &Sandbox) {
     assert_eq!(out.code, 0);
 }
 
+/// A command may end on what it read before its stdin is closed (the exec-jobs stdin route
+/// writes, then closes); closing it afterwards is no error on any path.
+async fn closing_stdin_after_the_command_ended_is_no_error(sb: &Sandbox) {
+    let mut spec = spec(&["sh", "-c", "read line; echo \"got $line\""]);
+    spec.stdin = true;
+    let session = sb.start(spec).await;
+    let control = Arc::clone(&session.control);
+    control
+        .write_stdin(Bytes::from_static(b"hello\n"))
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
+        .await
+        .expect("the command ends after one line");
+    assert_eq!(out.stdout(), "got hello\n");
+    // Twice, a moment apart: on a connection the other side has closed, the first write may
+    // still be taken by the socket; the second meets the closed connection.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        control
+            .close_stdin()
+            .await
+            .expect("closing the stdin of a command that has ended");
+    }
+}
+
 async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
     for (signal, code) in [
         (Signal::Int, 130),
@@ -866,6 +892,7 @@ macro_rules! all_cases {
     env_and_workdir,
     concurrent_execs_do_not_mix,
     stdin_then_eof,
+    closing_stdin_after_the_command_ended_is_no_error,
     signals_end_commands_with_128_plus_n,
     kill_stops_everything_the_command_started,
     kill_after_output_keeps_what_was_captured,

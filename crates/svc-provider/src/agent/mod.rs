@@ -583,7 +583,13 @@ impl ExecControl for AgentControl {
     }
 
     async fn close_stdin(&self) -> Result<(), ProviderError> {
-        self.send(Frame::end()).await
+        // A connection that is already gone closed the command's stdin with it: the agent
+        // closes a command's stdin (or kills it) when its host goes, and a command that ended
+        // after reading what it needed, just before this end, ended its connection too.
+        if let Err(err) = self.send(Frame::end()).await {
+            tracing::debug!(error = %err, "closing stdin on a connection that has ended");
+        }
+        Ok(())
     }
 
     async fn resize(&self, size: TtySize) -> Result<(), ProviderError> {

@@ -27,6 +27,10 @@ use crate::{
 
 const CHANNEL_DEPTH: usize = 8;
 const OUTPUT_CAPACITY: usize = 64 * 1024;
+/// How often, and how far apart, an exec is created again when the engine still calls an
+/// unpaused container paused (at most a second in all).
+const STALE_PAUSE_RETRIES: u32 = 20;
+const STALE_PAUSE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 /// A TTY exec starts at 0x0 until resized; the command waits this long for its size.
 const TTY_SIZE_WAIT: &str = "i=0; while [ $i -lt 300 ]; do case \"$(stty size 2>/dev/null)\" in ''|'0 0') i=$((i+1)); sleep 0.01;; *) break;; esac; done; exec \"$@\"";
 
@@ -295,31 +299,42 @@ pub(super) async fn start(
     if tty {
         env.push("TERM=xterm-256color".to_owned());
     }
-    let created = docker
-        .create_exec(
-            container,
-            CreateExecOptions {
-                attach_stdin: Some(spec.stdin),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                tty: Some(tty),
-                env: Some(env),
-                cmd: Some(cmd),
-                working_dir: spec.workdir.as_ref().map(|p| p.as_str().to_owned()),
-                user,
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            bollard::errors::Error::DockerResponseServerError {
+    let options = CreateExecOptions {
+        attach_stdin: Some(spec.stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(tty),
+        env: Some(env),
+        cmd: Some(cmd),
+        working_dir: spec.workdir.as_ref().map(|p| p.as_str().to_owned()),
+        user,
+        ..Default::default()
+    };
+    let mut tries = 0;
+    let created = loop {
+        match docker.create_exec(container, options.clone()).await {
+            Ok(created) => break created,
+            // The gate (held by the caller) knows the container is not paused; the engine may
+            // still say so just after an unpause, when containerd's late "paused" event has
+            // set its state back for a moment (Engine 20.10). Asked again, it has caught up.
+            Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 409,
                 message,
-            } => ProviderError::InvalidRequest {
-                message: format!("cannot run commands: {message}"),
-            },
-            other => container_error(sandbox_id, "creating the exec", &other),
-        })?;
+            }) if message.contains("is paused") && tries < STALE_PAUSE_RETRIES => {
+                tries += 1;
+                tokio::time::sleep(STALE_PAUSE_WAIT).await;
+            }
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) => {
+                return Err(ProviderError::InvalidRequest {
+                    message: format!("cannot run commands: {message}"),
+                })
+            }
+            Err(other) => return Err(container_error(sandbox_id, "creating the exec", &other)),
+        }
+    };
     // Known to pauses from before its start: the start may still be under way when the
     // engine answers.
     gate.started(&created.id);
