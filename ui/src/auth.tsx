@@ -1,6 +1,7 @@
 // The credential prompt: an API key or a bearer token, kept for this browser session only.
 import { useState } from "preact/hooks";
 import { checkAccess, saveCredential, type Credential } from "./api";
+import { Problem } from "./components";
 
 export function AuthForm(props: { onAccepted: () => void }) {
   const [kind, setKind] = useState<Credential["kind"]>("api-key");
@@ -51,11 +52,7 @@ export function AuthForm(props: { onAccepted: () => void }) {
           onInput={(event) => setValue((event.target as HTMLInputElement).value)}
         />
       </label>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <Problem message={error} />
       <button type="submit">Sign in</button>
     </form>
   );

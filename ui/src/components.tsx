@@ -45,6 +45,26 @@ export function PageLink(props: { href: string; children: ComponentChildren; lab
   );
 }
 
+/** A table with a header row of `columns`, scrolling sideways when it is wider than the screen. */
+export function Table(props: { columns: string[]; children: ComponentChildren }) {
+  return (
+    <div class="scroll">
+      <table>
+        <thead>
+          <tr>
+            {props.columns.map((column) => (
+              <th key={column} scope="col">
+                {column}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>{props.children}</tbody>
+      </table>
+    </div>
+  );
+}
+
 /** A small line chart of `values` (oldest first), labelled with its newest value. */
 export function Sparkline(props: { label: string; values: number[]; format: (value: number) => string }) {
   const host = useRef<HTMLDivElement>(null);

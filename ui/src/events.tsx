@@ -2,7 +2,7 @@
 // server's recent history, then live events.
 import { memo } from "preact/compat";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { LiveStatus, PageLink } from "./components";
+import { LiveStatus, PageLink, Table } from "./components";
 import { useEvents } from "./hooks";
 import type { Event } from "./api";
 
@@ -57,23 +57,11 @@ export function EventsPage() {
           <input type="search" placeholder="sb-…" value={sandbox} onChange={text(setSandbox)} />
         </label>
       </form>
-      <div class="scroll">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">Time</th>
-              <th scope="col">Type</th>
-              <th scope="col">Sandbox</th>
-              <th scope="col">Data</th>
-            </tr>
-          </thead>
-          <tbody>
-            {events.map((event) => (
-              <EventRow key={event.id} event={event} />
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table columns={["Time", "Type", "Sandbox", "Data"]}>
+        {events.map((event) => (
+          <EventRow key={event.id} event={event} />
+        ))}
+      </Table>
       {events.length === 0 && <p class="muted">Waiting for events…</p>}
     </section>
   );

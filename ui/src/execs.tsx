@@ -2,7 +2,7 @@
 // live while it runs.
 import { useEffect, useState } from "preact/hooks";
 import { followLines } from "./api";
-import { Problem, bytes } from "./components";
+import { bytes, Problem, Table } from "./components";
 import { useLoad } from "./hooks";
 import { relative } from "./types";
 
@@ -44,45 +44,31 @@ export function ExecHistory(props: { path: string; changed: number }) {
     <section aria-labelledby="execs-title" class="panel">
       <h2 id="execs-title">Exec history</h2>
       <Problem message={execs.error} />
-      <div class="scroll">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">Command</th>
-              <th scope="col">Status</th>
-              <th scope="col">Exit</th>
-              <th scope="col">Started</th>
-              <th scope="col">Took</th>
-              <th scope="col">Output</th>
-            </tr>
-          </thead>
-          <tbody>
-            {(execs.data ?? []).map((record) => (
-              <tr key={record.exec_id} data-testid="exec-row" data-exec-id={record.exec_id}>
-                <td class="clip">
-                  <code>{[record.command, ...(record.args ?? [])].join(" ")}</code>
-                  {record.background && <span class="muted"> (background)</span>}
-                </td>
-                <td>{record.status}</td>
-                <td>{record.exit_code ?? "—"}</td>
-                <td>{relative(record.started_at)}</td>
-                <td>{duration(record)}</td>
-                <td>
-                  <button
-                    type="button"
-                    class="link"
-                    aria-expanded={shown === record.exec_id}
-                    aria-label={`${bytes(record.stdout_bytes + record.stderr_bytes)} of output from ${record.exec_id}`}
-                    onClick={() => setShown(shown === record.exec_id ? null : record.exec_id)}
-                  >
-                    {bytes(record.stdout_bytes + record.stderr_bytes)}
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table columns={["Command", "Status", "Exit", "Started", "Took", "Output"]}>
+        {(execs.data ?? []).map((record) => (
+          <tr key={record.exec_id} data-testid="exec-row" data-exec-id={record.exec_id}>
+            <td class="clip">
+              <code>{[record.command, ...(record.args ?? [])].join(" ")}</code>
+              {record.background && <span class="muted"> (background)</span>}
+            </td>
+            <td>{record.status}</td>
+            <td>{record.exit_code ?? "—"}</td>
+            <td>{relative(record.started_at)}</td>
+            <td>{duration(record)}</td>
+            <td>
+              <button
+                type="button"
+                class="link"
+                aria-expanded={shown === record.exec_id}
+                aria-label={`${bytes(record.stdout_bytes + record.stderr_bytes)} of output from ${record.exec_id}`}
+                onClick={() => setShown(shown === record.exec_id ? null : record.exec_id)}
+              >
+                {bytes(record.stdout_bytes + record.stderr_bytes)}
+              </button>
+            </td>
+          </tr>
+        ))}
+      </Table>
       {execs.data?.length === 0 && <p class="muted">No execs yet.</p>}
       {shown && <ExecOutput path={`${props.path}/execs/${shown}`} />}
     </section>

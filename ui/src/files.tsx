@@ -2,6 +2,7 @@
 // shown (`/` at first).
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, download, upload } from "./api";
+import { Problem, Table } from "./components";
 
 type FileInfo = { name: string; path: string; size: number; is_dir: boolean; mode: string };
 
@@ -78,48 +79,35 @@ export function FileBrowser(props: { id: string }) {
           />
         </label>
       </div>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <Problem message={error} />
       {status && <p role="status">{status}</p>}
-      <table>
-        <thead>
+      <Table columns={["Name", "Size", "Mode"]}>
+        {dir !== "/" && (
           <tr>
-            <th scope="col">Name</th>
-            <th scope="col">Size</th>
-            <th scope="col">Mode</th>
+            <td colSpan={3}>
+              <button type="button" class="link" onClick={() => setDir(parent(dir))}>
+                ..
+              </button>
+            </td>
           </tr>
-        </thead>
-        <tbody>
-          {dir !== "/" && (
-            <tr>
-              <td colSpan={3}>
-                <button type="button" class="link" onClick={() => setDir(parent(dir))}>
-                  ..
-                </button>
-              </td>
-            </tr>
-          )}
-          {entries.map((entry) => (
-            <tr key={entry.path} data-testid="file-row" data-path={entry.path}>
-              <td>
-                <button
-                  type="button"
-                  class="link"
-                  onClick={() => (entry.is_dir ? setDir(entry.path) : void save(entry))}
-                  aria-label={entry.is_dir ? `Open ${entry.name}/` : `Download ${entry.name}`}
-                >
-                  {entry.is_dir ? `${entry.name}/` : entry.name}
-                </button>
-              </td>
-              <td>{entry.is_dir ? "—" : entry.size}</td>
-              <td>{entry.mode}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+        )}
+        {entries.map((entry) => (
+          <tr key={entry.path} data-testid="file-row" data-path={entry.path}>
+            <td>
+              <button
+                type="button"
+                class="link"
+                onClick={() => (entry.is_dir ? setDir(entry.path) : void save(entry))}
+                aria-label={entry.is_dir ? `Open ${entry.name}/` : `Download ${entry.name}`}
+              >
+                {entry.is_dir ? `${entry.name}/` : entry.name}
+              </button>
+            </td>
+            <td>{entry.is_dir ? "—" : entry.size}</td>
+            <td>{entry.mode}</td>
+          </tr>
+        ))}
+      </Table>
     </section>
   );
 }

@@ -59,11 +59,15 @@ export function useEvents(query: string, onEvent: (event: Event) => void, replay
   return state.query === query ? state.status : "connecting";
 }
 
-/** Calls `tick` every `ms` while the page is shown and the browser tab is visible. */
-export function useInterval(tick: () => void, ms: number): void {
+/**
+ * Calls `tick` every `ms` while the page is shown and the browser tab is visible; with
+ * `immediately`, also once when the page mounts.
+ */
+export function useInterval(tick: () => void, ms: number, immediately = false): void {
   const handler = useRef(tick);
   handler.current = tick;
   useEffect(() => {
+    if (immediately) handler.current();
     const timer = setInterval(() => {
       if (document.visibilityState === "visible") handler.current();
     }, ms);

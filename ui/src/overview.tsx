@@ -2,7 +2,7 @@
 // and request rates from the metrics, read again every five seconds while shown.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { call, scrape, type ApiError } from "./api";
-import { Problem, Sparkline } from "./components";
+import { Problem, Sparkline, Table } from "./components";
 import { useInterval, useLoad, type Loaded } from "./hooks";
 import type { Provider } from "./types";
 
@@ -12,6 +12,7 @@ type Diagnostics = {
   limits: { max_sandboxes: number; max_sandboxes_per_owner: number; max_ttl: string };
   rate_limit: { enabled: boolean; requests_per_minute: number; allowed_total: number; limited_total: number };
   workers: { total: number; online: number };
+  providers: Provider[];
 };
 
 type Quota = { owner_id: string; max_sandboxes: number; max_ttl: string; max_exec_timeout: string };
@@ -22,17 +23,22 @@ const QUOTAS_SHOWN = 20;
 const POLL_MS = 5000;
 
 export function OverviewPage() {
-  const providers = useLoad<Provider[]>("/providers");
   const diagnostics = useLoad<Diagnostics>("/diagnostics");
+  // The diagnostics carry the providers' summaries; only a credential that may not read them
+  // asks for the providers on their own.
+  const providers = useLoad<Provider[]>(diagnostics.forbidden ? "/providers" : null);
   useInterval(() => {
-    void providers.reload();
     void diagnostics.reload();
+    void providers.reload();
   }, POLL_MS);
   return (
     <section aria-labelledby="overview-title">
       <h1 id="overview-title">Overview</h1>
       <div class="cards">
-        <Providers providers={providers} />
+        <Providers
+          providers={diagnostics.data?.providers ?? providers.data ?? []}
+          loaded={diagnostics.forbidden ? providers : diagnostics}
+        />
         <Sandboxes diagnostics={diagnostics} />
         <Requests />
       </div>
@@ -46,36 +52,27 @@ function Unavailable(props: { loaded: Loaded<unknown> }) {
   return <Problem message={props.loaded.error} />;
 }
 
-function Providers(props: { providers: Loaded<Provider[]> }) {
+function Providers(props: { providers: Provider[]; loaded: Loaded<unknown> }) {
   return (
     <section aria-labelledby="providers-title" class="card">
       <h2 id="providers-title">Providers</h2>
-      <Unavailable loaded={props.providers} />
-      <table>
-        <thead>
-          <tr>
-            <th scope="col">Name</th>
-            <th scope="col">Health</th>
-            <th scope="col">Latency</th>
+      <Unavailable loaded={props.loaded} />
+      <Table columns={["Name", "Health", "Latency"]}>
+        {props.providers.map((p) => (
+          <tr key={p.name}>
+            <td>
+              {p.name}
+              {p.default && <span class="muted"> (default)</span>}
+            </td>
+            <td>
+              <span class={`state ${p.healthy ? "state-running" : "state-error"}`} title={p.error ?? undefined}>
+                {p.healthy ? "healthy" : "unhealthy"}
+              </span>
+            </td>
+            <td>{p.latency_ms ?? "—"} ms</td>
           </tr>
-        </thead>
-        <tbody>
-          {(props.providers.data ?? []).map((p) => (
-            <tr key={p.name}>
-              <td>
-                {p.name}
-                {p.default && <span class="muted"> (default)</span>}
-              </td>
-              <td>
-                <span class={`state ${p.healthy ? "state-running" : "state-error"}`} title={p.error ?? undefined}>
-                  {p.healthy ? "healthy" : "unhealthy"}
-                </span>
-              </td>
-              <td>{p.latency_ms ?? "—"} ms</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+        ))}
+      </Table>
     </section>
   );
 }
@@ -179,8 +176,7 @@ function Requests() {
         setError("");
       })
       .catch((e: ApiError) => setError(e.status === 403 ? "Not visible to this credential." : e.message));
-  useEffect(sample, []);
-  useInterval(sample, POLL_MS);
+  useInterval(sample, POLL_MS, true);
   return (
     <section aria-labelledby="requests-title" class="card">
       <h2 id="requests-title">Requests</h2>
@@ -189,24 +185,16 @@ function Requests() {
       {rates && (
         <>
           <p>Server errors: {rates.errors.toFixed(2)}/s</p>
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">Route</th>
-                <th scope="col">Per second</th>
+          <Table columns={["Route", "Per second"]}>
+            {rates.routes.map(([route, rate]) => (
+              <tr key={route}>
+                <td class="clip">
+                  <code>{route}</code>
+                </td>
+                <td>{rate.toFixed(2)}</td>
               </tr>
-            </thead>
-            <tbody>
-              {rates.routes.map(([route, rate]) => (
-                <tr key={route}>
-                  <td class="clip">
-                    <code>{route}</code>
-                  </td>
-                  <td>{rate.toFixed(2)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </>
       )}
       {!rates && !error && <p class="muted">Measuring…</p>}
@@ -232,33 +220,21 @@ function Quotas() {
     <section aria-labelledby="quotas-title" class="panel">
       <h2 id="quotas-title">Quotas</h2>
       <Unavailable loaded={quotas} />
-      <div class="scroll">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">Owner</th>
-              <th scope="col">Sandboxes</th>
-              <th scope="col">Max TTL</th>
-              <th scope="col">Max exec timeout</th>
+      <Table columns={["Owner", "Sandboxes", "Max TTL", "Max exec timeout"]}>
+        {(quotas.data ?? []).map((q) => {
+          const used = usage[q.owner_id];
+          return (
+            <tr key={q.owner_id}>
+              <td>{q.owner_id}</td>
+              <td>
+                {used ? used.active_sandboxes : "…"} of {q.max_sandboxes || "∞"}
+              </td>
+              <td>{q.max_ttl || "—"}</td>
+              <td>{q.max_exec_timeout || "—"}</td>
             </tr>
-          </thead>
-          <tbody>
-            {(quotas.data ?? []).map((q) => {
-              const used = usage[q.owner_id];
-              return (
-                <tr key={q.owner_id}>
-                  <td>{q.owner_id}</td>
-                  <td>
-                    {used ? used.active_sandboxes : "…"} of {q.max_sandboxes || "∞"}
-                  </td>
-                  <td>{q.max_ttl || "—"}</td>
-                  <td>{q.max_exec_timeout || "—"}</td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-      </div>
+          );
+        })}
+      </Table>
       {quotas.data?.length === 0 && <p class="muted">No owner has a quota; the global limits apply.</p>}
     </section>
   );

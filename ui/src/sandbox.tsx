@@ -1,6 +1,6 @@
 // One sandbox: its details and lifecycle actions, kept current from its events; its resource use
 // as sparklines; its terminal, files, exec history and logs.
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { ApiError, call } from "./api";
 import { LiveStatus, Problem, Sparkline, bytes } from "./components";
 import { ExecHistory } from "./execs";
@@ -123,8 +123,7 @@ function Stats(props: { path: string }) {
       .then(({ data }) => setSamples((list) => [...list, data].slice(-SAMPLES)))
       .catch((e: ApiError) => setProblem(e.message));
   };
-  useEffect(sample, [props.path]);
-  useInterval(sample, 2000);
+  useInterval(sample, 2000, true);
   const newest = samples[samples.length - 1];
   return (
     <section aria-labelledby="stats-title" class="panel">

@@ -4,7 +4,7 @@
 import { memo } from "preact/compat";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, call, type Event } from "./api";
-import { LiveStatus, PageLink, Problem } from "./components";
+import { LiveStatus, PageLink, Problem, Table } from "./components";
 import { useEvents, useInterval, useLoad } from "./hooks";
 import { relative, type Sandbox, type Template } from "./types";
 
@@ -210,28 +210,11 @@ export function SandboxList() {
         </label>
       </form>
       <Problem message={error} />
-      <div class="scroll">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">ID</th>
-              <th scope="col">State</th>
-              <th scope="col">Owner</th>
-              <th scope="col">Tenant</th>
-              <th scope="col">Provider</th>
-              <th scope="col">Image</th>
-              <th scope="col">Age</th>
-              <th scope="col">Expires</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {sandboxes.slice(first, first + PAGE).map((s) => (
-              <Row key={s.id} sandbox={s} now={now} act={act} />
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table columns={["ID", "State", "Owner", "Tenant", "Provider", "Image", "Age", "Expires", "Actions"]}>
+        {sandboxes.slice(first, first + PAGE).map((s) => (
+          <Row key={s.id} sandbox={s} now={now} act={act} />
+        ))}
+      </Table>
       <nav class="pager" aria-label="Pages of sandboxes">
         <button type="button" class="secondary" disabled={page === 0} onClick={() => setShown(page - 1)}>
           Previous

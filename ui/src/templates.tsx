@@ -2,7 +2,7 @@
 // followed live.
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, followLines } from "./api";
-import { Problem, bytes } from "./components";
+import { bytes, Problem, Table } from "./components";
 import { useEvents, useLoad } from "./hooks";
 import type { Template } from "./types";
 
@@ -20,43 +20,27 @@ export function TemplatesPage() {
         </button>
       </div>
       <Problem message={templates.error} />
-      <div class="scroll">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Image</th>
-              <th scope="col">Provider</th>
-              <th scope="col">Memory</th>
-              <th scope="col">vCPUs</th>
-              <th scope="col">TTL</th>
-              <th scope="col">Warm</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {(templates.data ?? []).map((t) => (
-              <tr key={t.name} data-testid="template-row" class={t.name === selected ? "selected" : undefined}>
-                <td>{t.name}</td>
-                <td class="clip">{t.image}</td>
-                <td>{t.provider}</td>
-                <td>{t.memory_mb} MiB</td>
-                <td>{t.vcpus}</td>
-                <td>{t.ttl}</td>
-                <td>
-                  {t.warm_ready}/{t.warm_pool}
-                </td>
-                <td>
-                  <button type="button" class="secondary" aria-label={`Edit ${t.name} and its builds`}
-                    onClick={() => { setSelected(t.name); setCreating(false); }}>
-                    Edit
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table columns={["Name", "Image", "Provider", "Memory", "vCPUs", "TTL", "Warm", "Actions"]}>
+        {(templates.data ?? []).map((t) => (
+          <tr key={t.name} data-testid="template-row" class={t.name === selected ? "selected" : undefined}>
+            <td>{t.name}</td>
+            <td class="clip">{t.image}</td>
+            <td>{t.provider}</td>
+            <td>{t.memory_mb} MiB</td>
+            <td>{t.vcpus}</td>
+            <td>{t.ttl}</td>
+            <td>
+              {t.warm_ready}/{t.warm_pool}
+            </td>
+            <td>
+              <button type="button" class="secondary" aria-label={`Edit ${t.name} and its builds`}
+                onClick={() => { setSelected(t.name); setCreating(false); }}>
+                Edit
+              </button>
+            </td>
+          </tr>
+        ))}
+      </Table>
       {templates.data?.length === 0 && <p class="muted">No templates.</p>}
       {creating && (
         <TemplateForm
@@ -205,44 +189,31 @@ function Builds(props: { template: string; image: string; onBuilt: () => void })
         <button type="submit">Build</button>
       </form>
       <Problem message={error || builds.error} />
-      <div class="scroll">
-        <table>
-          <thead>
-            <tr>
-              <th scope="col">Build</th>
-              <th scope="col">Status</th>
-              <th scope="col">Started</th>
-              <th scope="col">Image or error</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {(builds.data ?? []).map((b) => (
-              <tr key={b.build_id} data-testid="build-row" data-build-id={b.build_id}>
-                <td>
-                  <code>{b.build_id}</code>
-                </td>
-                <td>
-                  <span class={`state state-${b.status}`}>{b.status}</span>
-                </td>
-                <td>{new Date(b.started_at).toLocaleString()}</td>
-                <td class="clip">{b.error ?? b.image ?? "—"}</td>
-                <td class="actions">
-                  <button type="button" class="secondary" aria-expanded={shown === b.build_id}
-                    aria-label={`Log of ${b.build_id}`} onClick={() => setShown(shown === b.build_id ? null : b.build_id)}>
-                    Log
-                  </button>
-                  {b.status === "running" && (
-                    <button type="button" class="danger" aria-label={`Cancel ${b.build_id}`} onClick={() => void cancel(b.build_id)}>
-                      Cancel
-                    </button>
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table columns={["Build", "Status", "Started", "Image or error", "Actions"]}>
+        {(builds.data ?? []).map((b) => (
+          <tr key={b.build_id} data-testid="build-row" data-build-id={b.build_id}>
+            <td>
+              <code>{b.build_id}</code>
+            </td>
+            <td>
+              <span class={`state state-${b.status}`}>{b.status}</span>
+            </td>
+            <td>{new Date(b.started_at).toLocaleString()}</td>
+            <td class="clip">{b.error ?? b.image ?? "—"}</td>
+            <td class="actions">
+              <button type="button" class="secondary" aria-expanded={shown === b.build_id}
+                aria-label={`Log of ${b.build_id}`} onClick={() => setShown(shown === b.build_id ? null : b.build_id)}>
+                Log
+              </button>
+              {b.status === "running" && (
+                <button type="button" class="danger" aria-label={`Cancel ${b.build_id}`} onClick={() => void cancel(b.build_id)}>
+                  Cancel
+                </button>
+              )}
+            </td>
+          </tr>
+        ))}
+      </Table>
       {builds.data?.length === 0 && <p class="muted">No builds yet.</p>}
       {shown && <BuildLog key={shown} path={`${base}/${shown}/logs`} />}
     </section>

@@ -224,7 +224,7 @@ pub(super) async fn apply(
 /// The gateway of a network from its IPAM configuration: the recorded gateway, else the first
 /// host of its subnet. Docker puts the bridge's own address there, but records no gateway when
 /// it adopted a bridge interface that already existed (seen with Engine 20.10 on `bridge`).
-pub(super) fn network_gateway(configs: &[bollard::models::IpamConfig]) -> Option<std::net::IpAddr> {
+pub fn network_gateway(configs: &[bollard::models::IpamConfig]) -> Option<std::net::IpAddr> {
     configs
         .iter()
         .filter_map(|config| config.gateway.as_deref())

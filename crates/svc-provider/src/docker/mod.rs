@@ -8,6 +8,7 @@
 mod agent;
 mod build;
 mod egress;
+pub use egress::network_gateway;
 mod egress_proxy;
 mod errors;
 mod exec;
@@ -525,7 +526,7 @@ impl DockerProvider {
             .ipam
             .and_then(|ipam| ipam.config)
             .unwrap_or_default();
-        let gateway = egress::network_gateway(&configs).ok_or_else(|| {
+        let gateway = network_gateway(&configs).ok_or_else(|| {
             ProviderError::failed(format!("network {network} has no gateway address"))
         })?;
         self.egress_proxy

@@ -1350,14 +1350,10 @@ async fn bridge_gateway(docker: &Docker) -> String {
         )
         .await
         .unwrap();
-    let config = &network.ipam.unwrap().config.unwrap()[0];
-    // An engine that adopted an existing bridge interface records no gateway; the bridge then
-    // has the subnet's first host, as svc's provider assumes.
-    config.gateway.clone().unwrap_or_else(|| {
-        let subnet = config.subnet.as_deref().unwrap();
-        let start: std::net::Ipv4Addr = subnet.split('/').next().unwrap().parse().unwrap();
-        std::net::Ipv4Addr::from(u32::from(start) + 1).to_string()
-    })
+    // The provider's own reading (an engine that adopted an existing bridge records no gateway).
+    svc_provider::docker::network_gateway(&network.ipam.unwrap().config.unwrap())
+        .unwrap()
+        .to_string()
 }
 
 fn host_firewall() -> String {
