@@ -257,10 +257,11 @@ impl ControlPlane {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 impl ControlPlane {
-    /// A control plane on in-memory SQLite with no providers, for unit tests.
-    pub(crate) async fn for_tests() -> Self {
+    /// A control plane on in-memory SQLite with no providers, for unit tests (of other crates
+    /// too, through the `test-support` feature).
+    pub async fn for_tests() -> Self {
         let clock: Arc<dyn Clock> = Arc::new(svc_core::SystemClock);
         #[allow(clippy::unwrap_used)]
         let store = svc_store::sqlite::SqliteStore::open(":memory:")

@@ -204,34 +204,12 @@ impl SandboxCaller {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use svc_control::{Authenticator, ControlPlaneParts, ProviderRegistry};
     use svc_core::event::{EventPayload, SandboxEventData};
-    use svc_core::{Clock, ExecId, SandboxId};
-
-    async fn plane() -> ControlPlane {
-        let clock: Arc<dyn Clock> = Arc::new(svc_core::SystemClock);
-        let store = svc_store::sqlite::SqliteStore::open(":memory:")
-            .await
-            .unwrap();
-        ControlPlane::new(ControlPlaneParts {
-            config: Arc::default(),
-            store: Arc::new(store),
-            providers: Arc::new(ProviderRegistry::new(
-                Vec::new(),
-                String::new(),
-                Arc::clone(&clock),
-            )),
-            clock,
-            authenticator: Authenticator::Open,
-            installation_id: "e2b-test".to_owned(),
-            event_log: None,
-            builder: None,
-        })
-    }
+    use svc_core::{ExecId, SandboxId};
 
     #[tokio::test]
     async fn a_destroyed_sandboxs_notes_are_dropped_and_the_others_kept() {
-        let e2b = E2b::new(plane().await);
+        let e2b = E2b::new(ControlPlane::for_tests().await);
         let (gone, kept) = (SandboxId::generate(), SandboxId::generate());
         let exec = ExecId::generate();
         for sandbox in [&gone, &kept] {
