@@ -45,7 +45,6 @@ ensure_docker() {
         say "installing busybox-static for the test images"
         apt_install busybox-static || die "apt-get install busybox-static failed"
     fi
-    build_test_images
 }
 
 file_is_static() {

@@ -12,12 +12,43 @@
 # (scripts/clients-test-env.sh), and Debian's Chromium for the web console's browser tests.
 #
 # SVC_TEST_SKIP_DOCKER=1 runs without Docker (the Docker tests then skip loudly); CI never sets it.
+# SVC_TEST_CPU_STRESS=N keeps N stress-ng CPU workers busy beside the tests, to prove that no
+# test depends on timing (issue 38).
+#
+# At the end, pass or fail, it says how long each phase took.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
+
+# Phase timings: `phase NAME` ends the running phase and starts NAME (a name may come again; its
+# times add up); the EXIT trap reports them, pass or fail.
+declare -A spent=()
+order=""
+phase_name=""
+phase_started=$SECONDS
+run_started=$SECONDS
+phase() {
+    if [ -n "$phase_name" ]; then
+        [ -n "${spent[$phase_name]:-}" ] || order="$order $phase_name"
+        spent[$phase_name]=$(( ${spent[$phase_name]:-0} + SECONDS - phase_started ))
+    fi
+    phase_name="$1"
+    phase_started=$SECONDS
+}
+stress_pid=""
+report() {
+    local status=$? summary="" name
+    [ -z "$stress_pid" ] || kill "$stress_pid" 2>/dev/null || true
+    phase ""
+    for name in $order; do summary="$summary $name ${spent[$name]}s,"; done
+    say "time per phase:${summary%,}; in all $((SECONDS - run_started))s (exit $status)"
+}
+trap report EXIT
+
+phase install
 
 command -v cargo >/dev/null 2>&1 || die "cargo is not installed (the machine's Rust toolchain is required)"
 
@@ -27,10 +58,13 @@ if [ -n "${SVC_TEST_SKIP_DOCKER:-}" ] && [ -z "${CI:-}" ]; then
     say "SVC_TEST_SKIP_DOCKER is set: Docker tests will skip"
 else
     ensure_docker
+    phase images
+    build_test_images
     # The Docker tests fail instead of skipping when the engine is missing.
     export SVC_TEST_REQUIRE_DOCKER=1
 fi
 
+phase install
 # promtool checks the text metrics (tests/it/observe.rs); the test fails without it in CI.
 if ! command -v promtool >/dev/null 2>&1; then
     say "installing promtool (Debian package prometheus)"
@@ -51,6 +85,7 @@ export SVC_TEST_REQUIRE_POSTGRES=1
 # The microVM assets (QEMU, the guest kernel, the static agent, the vsock backend), cached
 # outside the clone in $SVC_MICROVM_ASSETS; the microVM tests fail instead of skipping without.
 export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
+phase microvm-assets
 say "preparing the microVM assets in $SVC_MICROVM_ASSETS (scripts/microvm-assets.sh)"
 bash scripts/microvm-assets.sh >/dev/null || die "scripts/microvm-assets.sh failed (see its messages above)"
 export SVC_TEST_REQUIRE_MICROVM=1
@@ -59,6 +94,7 @@ export SVC_TEST_REQUIRE_MICROVM=1
 # TypeScript SDK's node_modules; they fail instead of skipping without.
 # shellcheck source=scripts/clients-test-env.sh
 . scripts/clients-test-env.sh
+phase sdks
 say "preparing the SDK toolchains (scripts/clients-test-env.sh)"
 ensure_clients
 
@@ -76,6 +112,7 @@ done
 # The web console's browser tests (crates/svc/tests/it/browser.rs) drive Debian's Chromium with
 # playwright-core (one of ui/'s npm packages, which the build installs); they fail instead of
 # skipping without it.
+phase install
 if ! [ -x /usr/bin/chromium ]; then
     say "installing Debian's chromium for the console's browser tests"
     apt_install chromium fonts-dejavu-core || die "could not install the chromium package with apt-get"
@@ -87,11 +124,26 @@ export SVC_CHROMIUM=/usr/bin/chromium SVC_TEST_REQUIRE_BROWSER=1
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
-if cargo nextest --version >/dev/null 2>&1; then
-    say "running the workspace tests with cargo nextest"
-    # The workspace has no doctests (examples live in tests), which nextest does not run anyway.
-    cargo nextest run --workspace --no-fail-fast "$@"
-else
-    say "cargo-nextest not found; running the workspace tests with cargo test"
-    cargo test --workspace --no-fail-fast "$@"
+if ! cargo nextest --version >/dev/null 2>&1; then
+    say "installing cargo-nextest (cargo install; once per machine)"
+    cargo install --quiet --locked cargo-nextest || die "cargo install cargo-nextest failed"
 fi
+
+phase build
+# The release binary first: the README check (crates/svc/tests/it/readme.rs) runs the README's
+# `cargo run --release -- serve` as written, which then finds everything built.
+say "building the release binary (cargo build --release)"
+cargo build --release --quiet || die "cargo build --release failed"
+say "building the workspace tests"
+cargo nextest run --workspace --no-run --cargo-quiet || die "building the tests failed"
+
+phase tests
+if [ -n "${SVC_TEST_CPU_STRESS:-}" ]; then
+    command -v stress-ng >/dev/null 2>&1 || apt_install stress-ng || die "installing stress-ng failed"
+    say "keeping $SVC_TEST_CPU_STRESS stress-ng CPU workers busy during the tests"
+    stress-ng --cpu "$SVC_TEST_CPU_STRESS" --quiet &
+    stress_pid=$!
+fi
+say "running the workspace tests with cargo nextest"
+# The workspace has no doctests (examples live in tests), which nextest does not run anyway.
+cargo nextest run --workspace --no-fail-fast "$@"

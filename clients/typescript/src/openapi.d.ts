@@ -2628,8 +2628,8 @@ export interface components {
             /** @description The store answered a ping. */
             healthy: boolean;
             /**
-             * Format: double
-             * @description How long the ping took.
+             * Format: int64
+             * @description How long the ping took, in whole milliseconds like every latency of the interface.
              */
             latency_ms: number;
         };

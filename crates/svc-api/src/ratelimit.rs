@@ -4,7 +4,6 @@
 //! authentication, so a flood of bad credentials is limited too.
 
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -48,7 +47,7 @@ pub(crate) async fn limit(
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip()),
     };
-    let Some(verdict) = limiter.check(key, Instant::now()) else {
+    let Some(verdict) = limiter.check(key, limiter.now()) else {
         return next.run(request).await;
     };
     let mut response = if verdict.allowed {

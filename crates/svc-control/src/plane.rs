@@ -70,7 +70,10 @@ impl ControlPlane {
     /// Builds the control plane; nothing runs until [`ControlPlane::start_background`].
     pub fn new(parts: ControlPlaneParts) -> Self {
         let events = EventBus::new(&parts.config.events, Arc::clone(&parts.clock));
-        let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::new(&parts.config.rate_limit));
+        let rate_limiter = Arc::new(crate::ratelimit::RateLimiter::with_clock(
+            &parts.config.rate_limit,
+            Arc::clone(&parts.clock),
+        ));
         let worker_tokens = crate::identity::WorkerTokens::new(&parts.config.auth);
         let exec_jobs = crate::exec_jobs::ExecJobs::default();
         exec_jobs.retain_output(parts.config.exec.retained_output_bytes);

@@ -9,11 +9,12 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use svc_core::clock::{Clock, Timestamp};
 use svc_core::config::{RateLimitConfig, RateLimitKeyBy};
 use svc_core::GoDuration;
 
@@ -70,6 +71,10 @@ pub struct RateLimiter {
     allowed: AtomicU64,
     blocked: AtomicU64,
     evicted: AtomicU64,
+    /// The server's clock and where it stood at `origin`: buckets count time by it, so a
+    /// test's manual clock decides refills, not how fast a busy machine runs the test.
+    clock: Option<(Arc<dyn Clock>, Timestamp)>,
+    origin: Instant,
 }
 
 impl RateLimiter {
@@ -82,6 +87,28 @@ impl RateLimiter {
             allowed: AtomicU64::new(0),
             blocked: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
+            clock: None,
+            origin: Instant::now(),
+        }
+    }
+
+    /// A limiter for `config` that counts time by `clock`.
+    pub fn with_clock(config: &RateLimitConfig, clock: Arc<dyn Clock>) -> Self {
+        let started = clock.now();
+        RateLimiter {
+            clock: Some((clock, started)),
+            ..RateLimiter::new(config)
+        }
+    }
+
+    /// Now, as the limiter counts time: by its clock when it has one. A clock that steps back
+    /// stands still for the buckets (they never refill backwards).
+    pub fn now(&self) -> Instant {
+        match &self.clock {
+            Some((clock, started)) => {
+                self.origin + (clock.now() - *started).to_std().unwrap_or(Duration::ZERO)
+            }
+            None => Instant::now(),
         }
     }
 
@@ -223,7 +250,7 @@ fn whole(tokens: f64) -> u32 {
 
 /// Starts the loop that evicts idle buckets every `cleanup_interval`.
 pub(crate) async fn run_cleanup(
-    limiter: std::sync::Arc<RateLimiter>,
+    limiter: Arc<RateLimiter>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let every = limiter
@@ -237,7 +264,7 @@ pub(crate) async fn run_cleanup(
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {
-                let evicted = limiter.evict_idle(Instant::now());
+                let evicted = limiter.evict_idle(limiter.now());
                 if evicted > 0 {
                     tracing::debug!(evicted, "evicted idle rate-limit buckets");
                 }

@@ -3,7 +3,6 @@
 //! with `Retry-After`, which both SDKs wait out and retry.
 
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
@@ -43,7 +42,7 @@ pub(crate) async fn limit(State(e2b): State<E2b>, request: Request, next: Next) 
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip()),
     };
-    let Some(verdict) = limiter.check(key, Instant::now()) else {
+    let Some(verdict) = limiter.check(key, limiter.now()) else {
         return next.run(request).await;
     };
     let mut response = if verdict.allowed {

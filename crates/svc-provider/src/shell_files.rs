@@ -387,11 +387,12 @@ impl<'a> ShellFiles<'a> {
             stderr
         });
         let mut fed = Ok(());
+        let mut refused = None;
         while let Some(chunk) = content.next().await {
             match chunk {
                 Ok(data) => {
                     if let Err(err) = control.write_stdin(data).await {
-                        fed = Err(err);
+                        refused = Some(err);
                         break;
                     }
                 }
@@ -400,6 +401,22 @@ impl<'a> ShellFiles<'a> {
                     break;
                 }
             }
+        }
+        let refused = match refused {
+            Some(err) => Some(err),
+            None if fed.is_ok() => control.close_stdin().await.err(),
+            None => None,
+        };
+        if let Some(err) = refused {
+            // The command stopped reading: it most likely ended on a refusal (a missing
+            // parent, a directory in the way), and its exit code says which; the broken pipe
+            // its stdin met is only the consequence.
+            let code = exit.await?.code;
+            let stderr = drained.await.unwrap_or_default();
+            return match code {
+                0 => Err(err),
+                code => Err(script_error(path, code, &stderr)),
+            };
         }
         if let Err(err) = fed {
             // The command never sees the end of stdin: kill it and remove what it wrote.
@@ -412,7 +429,6 @@ impl<'a> ShellFiles<'a> {
             }
             return Err(err);
         }
-        control.close_stdin().await?;
         let code = exit.await?.code;
         let stderr = drained.await.unwrap_or_default();
         match code {

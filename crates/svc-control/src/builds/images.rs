@@ -58,6 +58,10 @@ impl ControlPlane {
         let Some(builder) = self.inner.builder.clone() else {
             return;
         };
+        let Some(_collecting) = self.inner.builds.collecting_images().await else {
+            // A build runs: the pass is owed to its end (run::run collects then).
+            return;
+        };
         if !self
             .inner
             .builds

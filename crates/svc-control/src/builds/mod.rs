@@ -42,6 +42,13 @@ pub(crate) struct Builds {
     running: Mutex<HashMap<BuildId, Arc<RunningBuild>>>,
     /// Set when a built image may have lost its last user: the next collection pass runs.
     collection_owed: std::sync::atomic::AtomicBool,
+    /// The engine's image cache: a running build reads it (any image, unused or not, may be
+    /// the cache of one of its steps), and a collection pass writes it (removing an image
+    /// removes its untagged parents, which a build may just have taken as a step's cache,
+    /// failing it with "unable to find image"). While builds run here a pass leaves the debt
+    /// to the last build's end; a build that starts anyway waits for the pass, and so does a
+    /// second pass.
+    images: tokio::sync::RwLock<()>,
 }
 
 /// One build running here.
@@ -58,7 +65,30 @@ impl Builds {
             running: Mutex::default(),
             // Once at start-up: a restart may have left images behind.
             collection_owed: std::sync::atomic::AtomicBool::new(true),
+            images: tokio::sync::RwLock::new(()),
         }
+    }
+
+    /// Held by a build from its start to its end.
+    async fn using_images(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.images.read().await
+    }
+
+    /// Held by a collection pass; `None` while any build runs here (the last one's end runs
+    /// the pass instead).
+    async fn collecting_images(&self) -> Option<tokio::sync::RwLockWriteGuard<'_, ()>> {
+        if self.any_running() {
+            return None;
+        }
+        Some(self.images.write().await)
+    }
+
+    fn any_running(&self) -> bool {
+        !self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     fn register(&self, id: &BuildId) -> Arc<RunningBuild> {
@@ -142,12 +172,19 @@ impl ControlPlane {
             EventPayload::TemplateBuildStarted(build_event(&build)),
         );
         let running = self.inner.builds.register(&build.build_id);
+        // The slot is taken here, in the order builds are accepted, not when the spawned task
+        // happens to run: a build accepted later never overtakes one that waits, and one that
+        // must wait says so from its first log line.
+        let slot = Arc::clone(&self.inner.builds.slots)
+            .try_acquire_owned()
+            .ok();
         tokio::spawn(run::run(
             self.clone(),
             builder,
             build.clone(),
             context,
             running,
+            slot,
         ));
         tracing::info!(template = %build.template, build_id = %build.build_id, "template build started");
         Ok(BuildAccepted {
@@ -431,4 +468,34 @@ fn log_stream(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_collection_runs_while_a_build_uses_the_image_cache() {
+        use futures::FutureExt as _;
+        let builds = Builds::new(2);
+        let (one, two) = (BuildId::generate(), BuildId::generate());
+        builds.register(&one);
+        builds.register(&two);
+        assert!(builds.collecting_images().await.is_none(), "two builds run");
+        builds.forget(&one);
+        assert!(builds.collecting_images().await.is_none(), "one build runs");
+        builds.forget(&two);
+        let pass = builds.collecting_images().await;
+        assert!(pass.is_some(), "no build runs");
+        // A build that starts during a pass, and a second pass, wait for its end.
+        assert!(builds.using_images().now_or_never().is_none());
+        assert!(builds.collecting_images().now_or_never().is_none());
+        drop(pass);
+        let using = builds.using_images().now_or_never();
+        assert!(using.is_some(), "the pass is over");
+        assert!(
+            builds.collecting_images().now_or_never().is_none(),
+            "a build holds the cache"
+        );
+    }
 }

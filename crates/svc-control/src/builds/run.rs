@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use svc_core::build::{build_image, BuildLogLine, BuildStatus, TemplateBuild};
 use svc_provider::{BuildUpdate, ImageBuilder};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::context::Context;
 use super::{encode, RunningBuild};
@@ -145,6 +145,7 @@ pub(super) async fn run(
     build: TemplateBuild,
     context: Context,
     running: Arc<RunningBuild>,
+    mut slot: Option<OwnedSemaphorePermit>,
 ) {
     let mut log = Log {
         plane: plane.clone(),
@@ -155,7 +156,17 @@ pub(super) async fn run(
         truncated: false,
     };
     let tag = build_image(&build.template, &build.build_id);
-    let outcome = build_in_slot(&plane, builder.as_ref(), &tag, context, &running, &mut log).await;
+    let using = plane.inner.builds.using_images().await;
+    let outcome = build_in_slot(
+        &plane,
+        builder.as_ref(),
+        &tag,
+        context,
+        &running,
+        &mut slot,
+        &mut log,
+    )
+    .await;
     log.flush().await;
     match outcome {
         Outcome::Built => {
@@ -177,6 +188,7 @@ pub(super) async fn run(
             tracing::info!(template = %build.template, build_id = %build.build_id, "template build interrupted by shutdown");
             running.appended.send_modify(|n| *n += 1);
             plane.inner.builds.forget(&build.build_id);
+            drop(using);
             return;
         }
         Outcome::Cancelled => {
@@ -199,21 +211,25 @@ pub(super) async fn run(
     }
     running.appended.send_modify(|n| *n += 1);
     plane.inner.builds.forget(&build.build_id);
+    // Held until the record has ended, so a waiting build starts only after this one is seen
+    // to have ended.
+    drop(slot);
+    drop(using);
     plane.collect_built_images().await;
 }
 
-/// Waits for a build slot, then builds; a cancel (here or, seen in the record, on another
-/// replica) stops either.
+/// Waits for a build slot unless it was taken when the build was accepted (`slot`), then
+/// builds; a cancel (here or, seen in the record, on another replica) stops either.
 async fn build_in_slot(
     plane: &ControlPlane,
     builder: &dyn ImageBuilder,
     tag: &str,
     context: Context,
     running: &RunningBuild,
+    slot: &mut Option<OwnedSemaphorePermit>,
     log: &mut Log,
 ) -> Outcome {
-    let slots = Arc::clone(&plane.inner.builds.slots);
-    if slots.available_permits() == 0 {
+    if slot.is_none() {
         log.push(&BuildLogLine::Output {
             data: format!(
                 "waiting for a build slot (defaults.max_concurrent_builds is {})\n",
@@ -221,15 +237,16 @@ async fn build_in_slot(
             ),
         });
         log.flush().await;
+        let slots = Arc::clone(&plane.inner.builds.slots);
+        *slot = tokio::select! {
+            taken = slots.acquire_owned() => match taken {
+                Ok(taken) => Some(taken),
+                Err(_) => return Outcome::Failed("the server is shutting down".to_owned()),
+            },
+            () = running.cancel.cancelled() => return Outcome::Cancelled,
+            () = plane.shutdown_token().cancelled() => return Outcome::Interrupted,
+        };
     }
-    let _slot = tokio::select! {
-        slot = slots.acquire_owned() => match slot {
-            Ok(slot) => slot,
-            Err(_) => return Outcome::Failed("the server is shutting down".to_owned()),
-        },
-        () = running.cancel.cancelled() => return Outcome::Cancelled,
-        () = plane.shutdown_token().cancelled() => return Outcome::Interrupted,
-    };
     let timeout = plane.config().defaults.build_timeout;
     let (sender, mut updates) = mpsc::unbounded_channel::<BuildUpdate>();
     let report = move |update: BuildUpdate| {

@@ -65,8 +65,8 @@ pub struct ProcessInfo {
 pub struct StoreHealth {
     /// The store answered a ping.
     pub healthy: bool,
-    /// How long the ping took.
-    pub latency_ms: f64,
+    /// How long the ping took, in whole milliseconds like every latency of the interface.
+    pub latency_ms: u64,
 }
 
 /// `limits`: the global limits in force.
@@ -342,7 +342,7 @@ impl ControlPlane {
         self.authorize(principal, Action::ReadDiagnostics)?;
         let pinged = Instant::now();
         let store = self.store().ping().await;
-        let latency_ms = pinged.elapsed().as_secs_f64() * 1000.0;
+        let latency_ms = u64::try_from(pinged.elapsed().as_millis()).unwrap_or(u64::MAX);
         let snapshot = self.snapshot().await?;
         let defaults = &self.config().defaults;
         Ok(Diagnostics {

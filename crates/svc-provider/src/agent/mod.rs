@@ -325,23 +325,32 @@ impl AgentClient {
                 let piece = chunk.split_to(chunk.len().min(svc_agent_proto::MAX_CHUNK));
                 let frame = Frame::bytes(FrameKind::Data, piece);
                 if let Err(err) = connection.send(frame).await {
-                    // The agent may have answered already (refused the upload, or an older
-                    // agent done at the archive's end marker): its reply says how it went.
-                    return match Self::reply(&mut connection).await {
-                        Ok(Reply::Error { kind, message }) => {
-                            Err(agent_error(kind, message, Some(path)))
-                        }
-                        Ok(Reply::Done) => Ok(()),
-                        _ => Err(protocol(err)),
-                    };
+                    return Self::answer_after(&mut connection, err, path).await;
                 }
             }
         }
-        connection.send(Frame::end()).await.map_err(protocol)?;
+        if let Err(err) = connection.send(Frame::end()).await {
+            return Self::answer_after(&mut connection, err, path).await;
+        }
         match Self::reply(&mut connection).await? {
             Reply::Done => Ok(()),
             Reply::Error { kind, message } => Err(agent_error(kind, message, Some(path))),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// How an upload went when sending to the agent failed: the agent may have answered and
+    /// closed already (refused the upload, or an older agent done at the archive's end marker),
+    /// and then its reply says how, whichever frame (data or the end) met the closed socket.
+    async fn answer_after(
+        connection: &mut Connection,
+        err: svc_agent_proto::ProtocolError,
+        path: &SandboxPath,
+    ) -> Result<(), ProviderError> {
+        match Self::reply(connection).await {
+            Ok(Reply::Error { kind, message }) => Err(agent_error(kind, message, Some(path))),
+            Ok(Reply::Done) => Ok(()),
+            _ => Err(protocol(err)),
         }
     }
 

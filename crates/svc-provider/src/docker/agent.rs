@@ -33,6 +33,9 @@ const SOCKET_NAME: &str = "agent.sock";
 /// How long a started container's agent has to answer unless told (the spawn deadline): far
 /// beyond the few milliseconds it takes.
 pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The directory under the socket root that holds the agent this svc carries; not a sandbox ID,
+/// so orphan collection passes it by.
+const CARRIED_DIR: &str = "bin";
 /// A socket directory with no container is left this long: its container may be being made.
 const ORPHAN_AGE: Duration = Duration::from_secs(300);
 
@@ -100,14 +103,66 @@ async fn usable_agent(
             config.runtime
         ));
     }
+    let socket_root = config.agent_socket_root();
     let path = if config.agent_path.as_os_str().is_empty() {
-        std::env::current_exe()
+        // A static agent beside the binary (an operator's own build) comes first; then the
+        // one this binary carries (release builds), written once under the socket root.
+        let beside = std::env::current_exe()
             .map_err(|e| format!("cannot locate the svc binary: {e}"))?
-            .with_file_name("svc-agent")
+            .with_file_name("svc-agent");
+        let beside_reason = if beside.exists() {
+            match checked(&beside).await {
+                Ok(()) => {
+                    return Ok(AgentBinary {
+                        path: beside,
+                        socket_root,
+                    })
+                }
+                Err(reason) => reason,
+            }
+        } else {
+            format!("there is no {}", beside.display())
+        };
+        let dir = socket_root.join(CARRIED_DIR);
+        let (root, written) = (socket_root.clone(), dir.clone());
+        let install = move || {
+            use std::os::unix::fs::DirBuilderExt;
+            // The root as make_dir makes it, before install makes its own directory 0700.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o711)
+                .create(&root)?;
+            svc_agent_embedded::install(&written)
+        };
+        match tokio::task::spawn_blocking(install)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Ok(Some(path)) => path,
+            Ok(None) => {
+                return Err(format!(
+                    "{beside_reason}, and this svc carries no agent (a debug build, or its build \
+                     could not make one)"
+                ))
+            }
+            Err(e) => {
+                return Err(format!(
+                "{beside_reason}, and the agent this svc carries cannot be written into {}: {e}",
+                dir.display()
+            ))
+            }
+        }
     } else {
         config.agent_path.clone()
     };
-    let version = tokio::process::Command::new(&path)
+    checked(&path).await?;
+    Ok(AgentBinary { path, socket_root })
+}
+
+/// Checks that the agent at `path` speaks this svc's protocol and is a static executable for
+/// this machine.
+async fn checked(path: &Path) -> Result<(), String> {
+    let version = tokio::process::Command::new(path)
         .arg("--version")
         .kill_on_drop(true)
         .output();
@@ -135,14 +190,10 @@ async fn usable_agent(
             svc_agent_proto::VERSION
         ));
     }
-    let checked = path.clone();
+    let checked = path.to_owned();
     tokio::task::spawn_blocking(move || static_executable(&checked))
         .await
-        .map_err(|e| e.to_string())??;
-    Ok(AgentBinary {
-        path,
-        socket_root: config.agent_socket_root(),
-    })
+        .map_err(|e| e.to_string())?
 }
 
 /// Checks that `path` is an ELF executable for this machine that needs no loader: an image
@@ -636,6 +687,16 @@ mod tests {
             "{chosen:?}"
         );
         config.runtime = "runc".to_owned();
+        if svc_agent_embedded::bytes().is_none() {
+            // A test build carries no agent (release builds do), and none sits beside it.
+            let chosen = choose(&config, "unix:///var/run/docker.sock")
+                .await
+                .unwrap();
+            assert!(
+                matches!(&chosen, ExecPath::Engine { reason } if reason.contains("carries no agent")),
+                "{chosen:?}"
+            );
+        }
         config.agent_path = "/nonexistent/svc-agent".into();
         let chosen = choose(&config, "unix:///var/run/docker.sock")
             .await

@@ -69,6 +69,10 @@ const CAPABILITIES: &[Capability] = &[
 const ENGINE_TIMEOUT_SECS: u64 = 120;
 /// How long an image pull may take.
 const PULL_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often a pause is asked when runc's freezer gives up on a busy container.
+const PAUSE_ATTEMPTS: u32 = 5;
+/// How often a resume is asked while the runtime does not yet count the container paused.
+const RESUME_ATTEMPTS: u32 = 10;
 /// Keeps the container alive without depending on the image's own command; PID 1 exits on
 /// TERM so the engine can stop it at once.
 const KEEPALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
@@ -823,7 +827,20 @@ impl Provider for DockerProvider {
         if !matches!(self.route(id).await?, agent::Route::Agent { .. }) {
             gate.settle_execs(&docker).await?;
         }
-        match docker.pause_container(&name).await {
+        // runc's freezer gives up on a busy container now and then (cgroup v1); asked again,
+        // it gets there.
+        let mut result = docker.pause_container(&name).await;
+        for attempt in 1..=PAUSE_ATTEMPTS {
+            match &result {
+                Err(err) if errors::freezer_gave_up(err) && attempt < PAUSE_ATTEMPTS => {
+                    tracing::debug!(container = %name, attempt, "the freezer gave up; pausing again");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    result = docker.pause_container(&name).await;
+                }
+                _ => break,
+            }
+        }
+        match result {
             Ok(()) => {
                 *paused = true;
                 Ok(())
@@ -841,7 +858,21 @@ impl Provider for DockerProvider {
         let name = container_name(id);
         let gate = self.gates.of(&name);
         let mut paused = gate.change().await;
-        match self.client().await?.unpause_container(&name).await {
+        let docker = self.client().await?;
+        // Just after a pause the runtime may not yet count the container as paused while the
+        // engine does; asked again, they agree.
+        let mut result = docker.unpause_container(&name).await;
+        for attempt in 1..=RESUME_ATTEMPTS {
+            match &result {
+                Err(err) if errors::runtime_not_yet_paused(err) && attempt < RESUME_ATTEMPTS => {
+                    tracing::debug!(container = %name, attempt, "the runtime is not yet paused; resuming again");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    result = docker.unpause_container(&name).await;
+                }
+                _ => break,
+            }
+        }
+        match result {
             Ok(()) => {
                 *paused = false;
                 Ok(())

@@ -235,8 +235,10 @@ fn serve_runs_and_stops_on_sigterm() {
     assert!(stderr.contains("svc stopped"), "{stderr}");
 }
 
-/// `svc serve` in `dir` on `port`, with the mock provider only and stderr captured.
+/// `svc serve` in `dir` on `port`, with the mock provider only and its log (stderr) kept in a
+/// file: a pipe that nobody reads until the end would stop the server once it fills.
 pub(crate) fn serve_in(dir: &std::path::Path, port: u16) -> Command {
+    let log = std::fs::File::create(dir.join(format!("svc-serve-{port}.log"))).unwrap();
     let mut command = svc();
     command
         .arg("serve")
@@ -244,18 +246,26 @@ pub(crate) fn serve_in(dir: &std::path::Path, port: u16) -> Command {
         .env("SVC_SERVER__PORT", port.to_string())
         .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.join("mock"))
         .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
-        .stderr(std::process::Stdio::piped());
+        .stderr(log);
     command
 }
 
-/// Sends SIGTERM and collects how the server ended.
+/// Sends SIGTERM and collects how the server ended, its log as its stderr.
 pub(crate) fn stop(child: std::process::Child) -> std::process::Output {
+    // Where its stderr goes: the log file serve_in made (or a pipe, read as before).
+    let log = std::fs::read_link(format!("/proc/{}/fd/2", child.id()))
+        .ok()
+        .filter(|target| target.is_absolute() && target.is_file());
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    child.wait_with_output().unwrap()
+    let mut output = child.wait_with_output().unwrap();
+    if let Some(log) = log {
+        output.stderr = std::fs::read(&log).unwrap();
+    }
+    output
 }
 
 /// Waits for `svc serve` on `port`. The socket accepts connections as soon as it is bound,

@@ -33,6 +33,7 @@ mod providers;
 mod queue;
 mod quotas;
 mod ratelimit;
+mod readme;
 mod reconcile;
 mod registry;
 mod replicas;

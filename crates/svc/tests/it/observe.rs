@@ -136,7 +136,11 @@ async fn diagnostics_have_every_key_and_move_with_work() {
         &["alloc", "sys", "heap_alloc", "gc_cycles"],
     );
     assert_eq!(d["store"]["healthy"], true);
-    assert!(d["store"]["latency_ms"].as_f64().is_some());
+    assert!(
+        d["store"]["latency_ms"].is_u64(),
+        "store.latency_ms is whole milliseconds: {}",
+        d["store"]
+    );
     has_keys(
         &d["limits"],
         &[

@@ -7,7 +7,7 @@ use reqwest::Method;
 use svc_core::config::{RateLimitKeyBy, SpawnOverflow};
 use svc_core::GoDuration;
 
-use crate::harness::{Reply, TestServer};
+use crate::harness::{wait_for, Reply, TestServer};
 
 async fn limited(rpm: u32, burst: u32, key_by: RateLimitKeyBy) -> TestServer {
     TestServer::start_with(|c| {
@@ -68,8 +68,8 @@ async fn a_bucket_runs_dry_answers_429_with_retry_after_and_refills() {
             assert_eq!(header(&reply, "x-ratelimit-limit"), None, "{probe}");
         }
     }
-    // 60 a minute: one token a second.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // 60 a minute: one token a second of the server's clock.
+    server.clock.advance(Duration::from_millis(1100));
     let refilled = as_owner(&server, "alice").await;
     assert_eq!(refilled.status, 200);
     assert_eq!(as_owner(&server, "alice").await.status, 429);
@@ -147,7 +147,13 @@ async fn idle_buckets_are_evicted_by_the_cleanup_loop() {
     assert_eq!(as_owner(&server, "gina").await.status, 200);
     assert_eq!(as_owner(&server, "gina").await.status, 429);
     // At one token a minute the bucket cannot have refilled; only eviction empties it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.clock.advance(Duration::from_millis(500));
+    wait_for(
+        "the cleanup loop to evict the idle bucket",
+        Duration::from_secs(60),
+        || async { server.plane().rate_limiter().stats().evicted_total >= 1 },
+    )
+    .await;
     assert_eq!(as_owner(&server, "gina").await.status, 200);
     server.shutdown().await;
 }
