@@ -55,13 +55,14 @@ impl Agent {
         let child = command.spawn().unwrap();
         // The socket file appears at bind, a moment before the agent listens: wait for a
         // connection to succeed, not for the file.
-        for _ in 0..200 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
             if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
                 return Agent { child, socket, dir };
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("the agent did not listen within 2 s");
+        panic!("the agent did not listen within 60 s");
     }
 
     fn client(&self) -> AgentClient {
@@ -261,7 +262,8 @@ async fn closing_the_connection_kills_the_command() {
         .await
         .unwrap();
     let mut pid = None;
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if let Ok(text) = std::fs::read_to_string(&pid_file) {
             if let Ok(value) = text.trim().parse::<u32>() {
                 pid = Some(value);
@@ -274,7 +276,8 @@ async fn closing_the_connection_kills_the_command() {
     assert!(alive(pid));
     // The host goes away without a word.
     drop(session);
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if !alive(pid) {
             return;
         }
@@ -679,7 +682,13 @@ async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
     let agent = Agent::start().await;
     let client = agent.client().detached();
     let marker = agent.dir.path().join("marker");
-    let script = format!("sleep 0.3; echo done > {}; exit 7", marker.display());
+    // It runs until the test lets it end, so "running" is checked while it surely runs.
+    let go = agent.dir.path().join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; echo done > {}; exit 7",
+        go.display(),
+        marker.display()
+    );
     let session = client.exec(spec(&["sh", "-c", &script])).await.unwrap();
     let handle = session
         .control
@@ -690,8 +699,10 @@ async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
     let (state, control) = client.exec_state(&handle).await.unwrap();
     assert_eq!(state, svc_provider::ExecState::Running);
     assert!(control.is_some());
+    std::fs::write(&go, b"").unwrap();
     let mut ended = None;
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if let (svc_provider::ExecState::Exited(code), None) =
             client.exec_state(&handle).await.unwrap()
         {
@@ -710,7 +721,8 @@ async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
     let (_, control) = client.exec_state(&handle).await.unwrap();
     control.unwrap().kill().await.unwrap();
     let mut ended = None;
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if let (svc_provider::ExecState::Exited(code), _) =
             client.exec_state(&handle).await.unwrap()
         {

@@ -40,6 +40,8 @@ pub enum SpawnFault {
     Slow(Duration),
     /// Panics.
     Panic,
+    /// Answers an error once the test calls [`FaultyProvider::release`].
+    FailWhenReleased,
 }
 
 /// The mock provider with injectable faults.
@@ -48,6 +50,7 @@ pub struct FaultyProvider {
     pub spawn_fault: Mutex<SpawnFault>,
     pub destroy_fails: Mutex<bool>,
     pub spawns_started: AtomicUsize,
+    released: tokio::sync::Notify,
     /// Runtimes reported as existing but no longer running (a container that exited).
     pub stopped: Mutex<std::collections::HashSet<SandboxId>>,
 }
@@ -59,6 +62,7 @@ impl FaultyProvider {
             spawn_fault: Mutex::new(SpawnFault::None),
             destroy_fails: Mutex::new(false),
             spawns_started: AtomicUsize::new(0),
+            released: tokio::sync::Notify::new(),
             stopped: Mutex::new(std::collections::HashSet::new()),
         }
     }
@@ -74,6 +78,11 @@ impl FaultyProvider {
 
     pub fn set_spawn(&self, fault: SpawnFault) {
         *self.spawn_fault.lock().unwrap() = fault;
+    }
+
+    /// Lets a spawn waiting in [`SpawnFault::FailWhenReleased`] fail (or the next one at once).
+    pub fn release(&self) {
+        self.released.notify_one();
     }
 }
 
@@ -111,6 +120,10 @@ impl Provider for FaultyProvider {
                 self.inner.spawn(spec).await
             }
             SpawnFault::Panic => panic!("injected provider panic"),
+            SpawnFault::FailWhenReleased => {
+                self.released.notified().await;
+                Err(ProviderError::failed("injected spawn failure, released"))
+            }
         }
     }
 
@@ -179,6 +192,8 @@ pub struct FaultyStore {
     /// How long the admitting write takes; it completes even when its caller is gone, as a
     /// real write handed to the database does.
     pub admit_delay: Mutex<Option<Duration>>,
+    /// Admitting writes begun.
+    pub admits_started: AtomicUsize,
     writes: AtomicUsize,
     /// Writes `from..from + count` (numbered since creation) fail this way.
     fault: Mutex<Option<(usize, usize, WriteFault)>>,
@@ -189,6 +204,7 @@ impl FaultyStore {
         FaultyStore {
             inner: Arc::new(SqliteStore::open(":memory:").await.unwrap()),
             admit_delay: Mutex::new(None),
+            admits_started: AtomicUsize::new(0),
             writes: AtomicUsize::new(0),
             fault: Mutex::new(None),
         }
@@ -248,6 +264,7 @@ impl Store for FaultyStore {
         lease_ttl: Duration,
     ) -> StoreResult<Admission> {
         self.write("admit_sandbox")?;
+        self.admits_started.fetch_add(1, Ordering::SeqCst);
         let delay = *self.admit_delay.lock().unwrap();
         let Some(delay) = delay else {
             return self

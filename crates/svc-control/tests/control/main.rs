@@ -347,11 +347,24 @@ async fn a_runtime_that_stopped_ends_its_sandbox_as_provider_failed() {
 
 #[tokio::test]
 async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
-    let fx = Fixture::new().await;
+    // The caller goes away once the spawn has reached the provider (not after a fixed time,
+    // which a busy machine may spend before the spawn gets that far).
+    let fx = Fixture::with(|c| {
+        c.defaults.spawn_timeout = svc_core::GoDuration::from_secs(60);
+    })
+    .await;
     fx.provider
         .set_spawn(SpawnFault::Slow(Duration::from_millis(150)));
-    let gone = tokio::time::timeout(Duration::from_millis(20), fx.spawn()).await;
-    assert!(gone.is_err(), "the caller gave up first");
+    let caller = fx.spawn_in_background();
+    fx.wait_for("the spawn to reach the provider", || async {
+        fx.provider.spawns_started.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    caller.abort();
+    assert!(
+        caller.await.unwrap_err().is_cancelled(),
+        "the caller gave up first"
+    );
     fx.wait_for_first_record("the abandoned spawn to finish", SandboxState::Running)
         .await;
     let record = fx.records().await.remove(0);
@@ -360,8 +373,13 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     // Gone while the admitting write is in flight: the write lands, and the spawn goes on.
     let fx = Fixture::new().await;
     *fx.store.admit_delay.lock().unwrap() = Some(Duration::from_millis(100));
-    let gone = tokio::time::timeout(Duration::from_millis(20), fx.spawn()).await;
-    assert!(gone.is_err());
+    let caller = fx.spawn_in_background();
+    fx.wait_for("the admitting write to begin", || async {
+        fx.store.admits_started.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
     fx.wait_for_first_record(
         "the spawn admitted after its caller left",
         SandboxState::Running,
@@ -372,7 +390,12 @@ async fn a_caller_that_goes_away_mid_spawn_leaves_a_consistent_sandbox() {
     // The same, when the provider then fails: the record ends, nothing runs.
     let fx = Fixture::new().await;
     fx.provider.set_spawn(SpawnFault::Hang);
-    let _ = tokio::time::timeout(Duration::from_millis(20), fx.spawn()).await;
+    let caller = fx.spawn_in_background();
+    fx.wait_for("the spawn to reach the provider", || async {
+        fx.provider.spawns_started.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    caller.abort();
     fx.wait_for_first_record("the abandoned spawn to be rolled back", SandboxState::Error)
         .await;
     assert!(fx.runtimes().is_empty());
@@ -666,11 +689,13 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
     let fx = Fixture::with(|c| {
         c.defaults.max_sandboxes = 1;
         c.defaults.spawn_overflow = svc_core::config::SpawnOverflow::Queue;
-        c.defaults.spawn_timeout = svc_core::GoDuration::from_millis(500);
+        c.defaults.spawn_timeout = svc_core::GoDuration::from_secs(60);
     })
     .await;
     let mut events = fx.events();
-    fx.provider.set_spawn(SpawnFault::Hang);
+    // The first spawn fails when the test says, once the second waits in the queue: not when a
+    // timeout happens to fire.
+    fx.provider.set_spawn(SpawnFault::FailWhenReleased);
     let failing = fx.spawn_in_background();
     fx.wait_for_first_record("the hanging spawn's record", SandboxState::Creating)
         .await;
@@ -680,9 +705,10 @@ async fn a_spawn_that_fails_frees_its_place_for_a_queued_one() {
     })
     .await;
     fx.provider.set_spawn(SpawnFault::None);
-    // The first spawn times out and rolls back; its end wakes the queue.
+    fx.provider.release();
+    // The first spawn fails and rolls back; its end wakes the queue.
     assert!(failing.await.unwrap().is_err());
-    let sandbox = tokio::time::timeout(Duration::from_secs(5), queued)
+    let sandbox = tokio::time::timeout(Duration::from_secs(60), queued)
         .await
         .expect("the queued spawn was woken by the rollback")
         .unwrap()

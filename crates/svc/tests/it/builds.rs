@@ -729,6 +729,7 @@ async fn a_spawn_that_pulls_shows_how_far_the_pull_is() {
             }
         })
     };
+    let pull_started = Instant::now();
     let spawning = {
         let (client, url, image) = (
             server.client.clone(),
@@ -769,6 +770,7 @@ async fn a_spawn_that_pulls_shows_how_far_the_pull_is() {
     );
 
     let spawned = spawning.await.unwrap();
+    let pull_took = pull_started.elapsed();
     assert_eq!(spawned.status(), 201);
     let sandbox: Value = spawned.json().await.unwrap();
     assert_eq!(sandbox["state"], "running");
@@ -791,12 +793,15 @@ async fn a_spawn_that_pulls_shows_how_far_the_pull_is() {
         assert!(data["current_bytes"].as_u64().unwrap() <= data["total_bytes"].as_u64().unwrap());
         assert!(data["total_bytes"].as_u64().unwrap() > 6 << 20, "{data}");
     }
-    for pair in pulls.windows(2) {
-        assert!(
-            pair[1].0.duration_since(pair[0].0) >= Duration::from_millis(300),
-            "at most twice a second"
-        );
-    }
+    // At most twice a second, counted against how long the spawn took as the client saw it
+    // (at least as long as the server's pull): arrival gaps would depend on how promptly this
+    // test's reader runs.
+    let most = pull_took.as_secs_f64() * 2.0 + 2.0;
+    assert!(
+        pulls.len() as f64 <= most,
+        "at most twice a second: {} reports in {pull_took:?}",
+        pulls.len()
+    );
     let first = pulls[0].1.data["data"]["current_bytes"].as_u64().unwrap();
     let last = pulls.last().unwrap().1.data["data"]["current_bytes"]
         .as_u64()

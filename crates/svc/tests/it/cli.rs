@@ -201,7 +201,7 @@ fn raw_request(port: u16, request_line: &str, headers: &[(&str, &str)]) -> Strin
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .unwrap();
     let mut request =
         format!("{request_line} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
@@ -423,12 +423,14 @@ fn svc_worker_reports_in_mints_its_token_and_goes_offline_on_sigterm() {
         record[at..end].to_owned()
     };
     let before = heartbeat_of(&worker_record(port, "w-boot"));
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    let after = heartbeat_of(&worker_record(port, "w-boot"));
-    assert_ne!(
-        before, after,
-        "the worker refreshed its token and kept heartbeating"
-    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while heartbeat_of(&worker_record(port, "w-boot")) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker did not refresh its token and keep heartbeating: last heartbeat {before}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let stopped = stop(worker);
     assert!(
         stopped.status.success(),
@@ -773,23 +775,32 @@ fn the_client_manages_sandboxes_and_runs_commands() {
         (Some(0), b"a b-c".as_slice())
     );
 
-    // Output arrives while the command still runs.
+    // Output arrives while the command still runs: the command cannot end before the test,
+    // having read its first line, creates the gate file in the sandbox (its working directory,
+    // under the mock provider's root).
     let mut streaming = svc()
         .env("SVC_URL", &url)
-        .args(["exec", &id, "--", "echo first; sleep 3; echo second"])
+        .args([
+            "exec",
+            &id,
+            "--",
+            "echo first; while [ ! -e gate ]; do sleep 0.05; done; echo second",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
     let mut stdout = std::io::BufReader::new(streaming.stdout.take().unwrap());
     let mut first = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
     assert_eq!(first, "first\n");
     assert!(
-        started.elapsed() < std::time::Duration::from_millis(2500),
-        "the first line came only after {:?}",
-        started.elapsed()
+        streaming.try_wait().unwrap().is_none(),
+        "svc exec ended while its command still waited for the gate"
     );
+    std::fs::write(dir.path().join("mock").join(&id).join("gate"), b"").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest, "second\n");
     assert!(streaming.wait().unwrap().success());
 
     let extended = client(&["sandbox", "extend", &id, "--ttl", "2h", "--json"]);
@@ -872,6 +883,20 @@ fn the_client_manages_templates_and_quotas_and_follows_events() {
     assert!(client(&["template", "ls"])
         .lines()
         .any(|l| l.starts_with("py ")));
+    // `svc events` follows the stream once the server counts it as a subscriber.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (status, diagnostics) = call_json(port, "GET /api/v1/diagnostics", "");
+        let subscribers = diagnostics["events"]["subscribers"].as_u64().unwrap_or(0);
+        if status == 200 && subscribers >= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "svc events never subscribed: {status} {diagnostics}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let sandbox = json(client(&[
         "template",
         "spawn",
@@ -890,12 +915,16 @@ fn the_client_manages_templates_and_quotas_and_follows_events() {
         "echo $LANG_X",
     ]);
     assert_eq!(echoed, "py\n");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(events.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let (sender, received) = std::sync::mpsc::channel();
+    let followed = events.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(followed), &mut line).unwrap();
+        let _ = sender.send(line);
+    });
+    let line = received
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("svc events printed no line: {e}"));
     let event = json(line);
     assert_eq!(event["type"], "sandbox.created");
     assert_eq!(event["sandbox_id"], sandbox["id"]);

@@ -102,6 +102,21 @@ impl Pty {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+
+    /// Types `keys` once and waits until the screen shows `text` after what it showed before.
+    fn type_then_wait_for(&self, keys: &str, text: &str) {
+        let before = self.screen().len();
+        self.type_keys(keys);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.screen()[before..].contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal never showed {text:?}; it shows:\n{}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// `svc exec -i` sends stdin and its end; `svc exec -it` runs in the local terminal in raw mode
@@ -147,9 +162,10 @@ pub(crate) async fn assert_interactive_exec(server: &TestServer, id: &str) {
         pty.type_until("stty size\r", "30 100");
         pty.resize(120, 40);
         pty.type_until("stty size\r", "40 120");
-        // Raw mode: Ctrl-C travels to the remote terminal and interrupts `sleep` there.
-        pty.type_keys("sleep 30\r");
-        std::thread::sleep(Duration::from_millis(500));
+        // Raw mode: Ctrl-C travels to the remote terminal and interrupts `sleep` there. The
+        // shell has run the line up to `sleep 30` once it shows zz-2 (the typed line shows
+        // only `$((1+1))`).
+        pty.type_then_wait_for("echo zz-$((1+1)); sleep 30\r", "zz-2");
         pty.type_keys("\u{3}");
         pty.type_until("echo still-$((40+2))\r", "still-42");
         assert!(

@@ -235,6 +235,21 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits(path: ExecPath) {
         )
         .await;
     assert_eq!(exec.body["exit_code"], 0, "{}", exec.body);
+    if path == ExecPath::Engine {
+        // The engine copies the container's output into its log in the background.
+        wait_for(
+            "the engine to log the lines",
+            Duration::from_secs(60),
+            || async {
+                server
+                    .get(&format!("/sandboxes/{id}/logs?lines=2"))
+                    .await
+                    .body
+                    == json!(["line2", "line3"])
+            },
+        )
+        .await;
+    }
     let logs = server.get(&format!("/sandboxes/{id}/logs?lines=2")).await;
     assert_eq!(logs.status, 200);
     match path {
@@ -280,7 +295,7 @@ async fn docker_exec_forms_and_deadlines(path: ExecPath) {
     let timed = server
         .post(
             &exec,
-            json!({"command": "echo partial; sleep 30", "timeout": "500ms"}),
+            json!({"command": "echo partial; sleep 30", "timeout": "3s"}),
         )
         .await;
     assert_eq!(timed.body["exit_code"], 124);
@@ -676,7 +691,7 @@ async fn an_engine_going_away_mid_operation() {
         .assert_error(500, "provider_error");
     assert!(message.contains("docker"), "{message}");
     let failed = events
-        .next(Duration::from_secs(10))
+        .next(Duration::from_secs(60))
         .await
         .expect("provider.failed");
     assert_eq!(failed.data["data"]["provider"], "docker");
@@ -711,13 +726,13 @@ async fn an_engine_going_away_mid_operation() {
         .collect();
     wait_for(
         "/ready to report the engine gone",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || async { server.get("/ready").await.status == 503 },
     )
     .await;
     // The engine comes back: the sandbox is intact and can be destroyed.
     let _proxy = EngineProxy::start(&socket);
-    wait_for("/ready to recover", Duration::from_secs(10), || async {
+    wait_for("/ready to recover", Duration::from_secs(60), || async {
         server.get("/ready").await.status == 200
     })
     .await;
@@ -765,10 +780,10 @@ async fn missing_images_are_pulled_and_failures_leave_nothing() {
         .await
         .assert_error(500, "provider_error");
     assert!(message.contains("pull"), "{message}");
-    let sandbox_error = events.next(Duration::from_secs(10)).await.unwrap();
+    let sandbox_error = events.next(Duration::from_secs(60)).await.unwrap();
     assert_eq!(sandbox_error.data["type"], "sandbox.error");
     assert_eq!(
-        events.next(Duration::from_secs(10)).await.unwrap().data["type"],
+        events.next(Duration::from_secs(60)).await.unwrap().data["type"],
         "provider.failed"
     );
     let ids = server.listed_ids("?state=all").await;
@@ -825,7 +840,7 @@ async fn a_container_that_stopped_ends_its_sandbox_as_provider_failed() {
         .unwrap();
     wait_for(
         "the killed container to stop",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || async {
             docker
                 .inspect_container(&container(&killed), None)
@@ -874,12 +889,15 @@ async fn spawns_whose_clients_disconnect_leave_no_orphans() {
     };
     // Only this test's containers: other tests share the engine.
     let owner = format!("disconnect-{}", std::process::id());
-    let impatient = reqwest::Client::builder()
-        .timeout(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    // Clients give up at different moments (before admission, during the engine's work, just
+    // before the answer): how far each spawn got depends on the machine's speed, so the waves
+    // cover the range instead of betting on one moment.
     let mut given_up = 0;
-    for _wave in 0..5 {
+    for patience in [10, 50, 200, 1000, 3000] {
+        let impatient = reqwest::Client::builder()
+            .timeout(Duration::from_millis(patience))
+            .build()
+            .unwrap();
         let spawns = (0..10).map(|_| {
             impatient
                 .post(server.url("/sandboxes"))
@@ -892,7 +910,7 @@ async fn spawns_whose_clients_disconnect_leave_no_orphans() {
             .filter(Result::is_err)
             .count();
     }
-    assert!(given_up >= 45, "the clients gave up ({given_up} of 50)");
+    assert!(given_up >= 10, "the clients gave up ({given_up} of 50)");
     let records = || async {
         let reply = server
             .get(&format!("/sandboxes?state=all&owner_id={owner}"))
@@ -1124,7 +1142,7 @@ async fn docker_exec_records_survive_a_restart(path: ExecPath) {
         json!({"status": "killed"}),
         "a recovered exec can still be killed"
     );
-    crate::harness::wait_for("the kill", Duration::from_secs(10), || async {
+    crate::harness::wait_for("the kill", Duration::from_secs(60), || async {
         record(long.clone()).await["status"] == "killed"
     })
     .await;
@@ -1408,6 +1426,9 @@ async fn docker_egress_allowlist_and_none() {
         env.body["stdout"],
         format!("http://{gateway}:{proxy_port}\n")
     );
+    // A refusal ends nc at once; a dropped connection would hold it for its whole `-w 5`. The
+    // bound leaves the exec's own round trip room on a busy machine.
+    const REFUSED_AT_ONCE: Duration = Duration::from_secs(4);
     // `request` sent with nc to `address port` inside the sandbox: its output, and how long.
     let send = |request: String, address: String, port: u16| {
         let (server, id) = (&server, id.clone());
@@ -1437,7 +1458,7 @@ async fn docker_egress_allowlist_and_none() {
     assert!(other_port.starts_with("HTTP/1.1 403"), "{other_port}");
     let (other_name, took) = via_proxy(format!("http://denied.invalid:{named}/")).await;
     assert!(other_name.starts_with("HTTP/1.1 403"), "{other_name}");
-    assert!(took < Duration::from_secs(1), "a denied name took {took:?}");
+    assert!(took < REFUSED_AT_ONCE, "a denied name took {took:?}");
     // The transparent mode: plain HTTP to port 80 anywhere reaches the proxy, which admits it
     // by its Host header (clients that ignore the proxy variables).
     let transparent = |host: String| {
@@ -1465,10 +1486,7 @@ async fn docker_egress_allowlist_and_none() {
     let (_, reply) = tls("denied.invalid");
     let (answer, took) = reply.await;
     assert_eq!(answer, "", "a refused name got an answer");
-    assert!(
-        took < Duration::from_secs(1),
-        "a refused name took {took:?}"
-    );
+    assert!(took < REFUSED_AT_ONCE, "a refused name took {took:?}");
     assert_eq!(
         tls_upstream.lock().unwrap().len(),
         1,
@@ -1493,10 +1511,7 @@ async fn docker_egress_allowlist_and_none() {
     assert!(ok["stdout"].as_str().unwrap().ends_with("allowed"), "{ok}");
     let (refused, took) = fetch(denied).await;
     assert_ne!(refused["exit_code"], 0, "{refused}");
-    assert!(
-        took < Duration::from_secs(1),
-        "a denied connection took {took:?}"
-    );
+    assert!(took < REFUSED_AT_ONCE, "a denied connection took {took:?}");
     let outside = server
         .post(
             &format!("/sandboxes/{id}/exec"),
@@ -1835,7 +1850,7 @@ async fn an_agent_that_dies_ends_its_sandbox_as_provider_failed() {
     assert!(saw_error, "sandbox.error was published");
     wait_for(
         "the container to be removed",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || async {
             docker
                 .inspect_container(&container(&id), None)

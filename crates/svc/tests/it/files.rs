@@ -48,7 +48,7 @@ async fn write_read_list_stat() {
     assert_eq!(content_type, "application/octet-stream");
     assert_eq!(bytes, "héllo\n".as_bytes());
     let event = events
-        .next(std::time::Duration::from_secs(5))
+        .next(std::time::Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(event.data["type"], "file.written");
@@ -57,7 +57,7 @@ async fn write_read_list_stat() {
         json!({"path": "/app/hello.txt", "size": 7})
     );
     let event = events
-        .next(std::time::Duration::from_secs(5))
+        .next(std::time::Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(event.data["type"], "file.read");
@@ -655,7 +655,7 @@ pub(crate) async fn assert_streamed_uploads(server: &TestServer, id: &str, dir: 
     assert_ne!(status, 200);
     crate::harness::wait_for(
         "the old file, alone",
-        std::time::Duration::from_secs(10),
+        std::time::Duration::from_secs(60),
         || async {
             let (status, read, _) = raw(server, &format!("{files}?path={target}")).await;
             let list = server.get(&format!("{files}/list?path={dir}/up")).await;
@@ -796,7 +796,7 @@ async fn streamed_uploads_are_bounded_and_whole() {
     let mut events = server.events("?types=file.written", None).await;
     assert_streamed_uploads(&server, &id, "/data").await;
     let written = events
-        .until("file.written", std::time::Duration::from_secs(5))
+        .until("file.written", std::time::Duration::from_secs(60))
         .await;
     assert_eq!(
         written.last().unwrap().data["data"]["size"],

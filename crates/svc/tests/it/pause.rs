@@ -40,7 +40,9 @@ pub(crate) async fn assert_pause_and_resume(server: &TestServer, id: &str) {
     let counter = server
         .post(
             &format!("/sandboxes/{id}/exec"),
-            json!({"command": "i=0; while true; do echo $i; i=$((i+1)); sleep 0.05; done",
+            // Each line is the machine's uptime when the counter ran: a pause shows as a gap
+            // in its own timeline, whenever the server happens to read the lines.
+            json!({"command": "while true; do read up rest < /proc/uptime; echo $up; sleep 0.05; done",
                    "background": true}),
         )
         .await;
@@ -69,12 +71,8 @@ pub(crate) async fn assert_pause_and_resume(server: &TestServer, id: &str) {
     assert_eq!(paused.body["state"], "paused");
     assert!(paused.body["paused_at"].is_string(), "{}", paused.body);
     let frozen_at = stdout_bytes(server, id, &counter).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        stdout_bytes(server, id, &counter).await,
-        frozen_at,
-        "a paused sandbox's counter went on printing"
-    );
+    // Paused for at least this long (a lower bound; a busy machine only makes it longer).
+    tokio::time::sleep(PAUSED_FOR).await;
     let again = server
         .post(&format!("/sandboxes/{id}/pause"), json!({}))
         .await;
@@ -131,7 +129,31 @@ pub(crate) async fn assert_pause_and_resume(server: &TestServer, id: &str) {
         .delete(&format!("/sandboxes/{id}/execs/{counter}"))
         .await;
     assert_eq!(killed.status, 200, "{}", killed.body);
+    // The counter stood still while paused: its timeline has a gap as long as the pause, which
+    // a counter that went on printing (every 50 ms) would not have.
+    let (data, _, exit) = crate::exec::read_output(server, id, &counter, [0, 0], usize::MAX).await;
+    assert!(
+        exit.is_some(),
+        "the killed counter's output ends with its exit"
+    );
+    let times: Vec<f64> = String::from_utf8_lossy(&data[0])
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect();
+    let longest = times
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .fold(0.0_f64, f64::max);
+    assert!(
+        longest >= PAUSED_FOR.as_secs_f64() - 0.1,
+        "a paused sandbox's counter went on printing: its longest gap was {longest:.2} s \
+         ({} lines)",
+        times.len()
+    );
 }
+
+/// How long the sandbox stays paused in [`assert_pause_and_resume`], at least.
+const PAUSED_FOR: Duration = Duration::from_millis(1500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_stops_processes_and_resume_continues_them() {

@@ -338,9 +338,16 @@ async fn owner_quotas_apply_to_spawn_template_spawn_extend_and_every_exec_form()
     assert_eq!(capped.body["timed_out"], true, "{}", capped.body);
     // Every denial was published, naming its reason and the owner.
     let mut reasons = Vec::new();
-    while let Some(event) = limits.next(Duration::from_millis(300)).await {
+    for _ in 0..6 {
+        let event = limits
+            .next(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("a denial was not published; saw {reasons:?}"));
         assert_eq!(event.data["data"]["owner_id"], "erin");
         reasons.push(event.data["data"]["reason"].as_str().unwrap().to_owned());
+    }
+    if let Some(extra) = limits.next(Duration::from_millis(300)).await {
+        panic!("a denial beyond {reasons:?}: {:?}", extra.data);
     }
     assert_eq!(
         reasons,

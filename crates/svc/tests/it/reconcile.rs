@@ -12,7 +12,8 @@ use crate::lifecycle::{assert_ended, assert_event_says_why};
 pub(crate) async fn history(server: &TestServer) -> Vec<SseMessage> {
     let mut events = server.events("", Some("ev-none")).await;
     let mut seen = Vec::new();
-    while let Some(event) = events.next(std::time::Duration::from_millis(300)).await {
+    // The replay comes at once; the gap only ends the read, so it is generous.
+    while let Some(event) = events.next(std::time::Duration::from_secs(2)).await {
         seen.push(event);
     }
     seen

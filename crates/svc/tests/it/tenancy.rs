@@ -462,7 +462,8 @@ async fn tenant_admins_administer_only_their_own_tenant() {
 async fn the_audit_log_records_admin_mutations_quota_changes_and_denials() {
     let idp = Idp::start().await;
     let server = server(&idp).await;
-    let started = chrono::Utc::now() - chrono::Duration::seconds(1);
+    // Entries carry the server's clock, not the wall clock.
+    let started = svc_core::Clock::now(server.clock.as_ref()) - chrono::Duration::seconds(1);
     create_tenant(&server, "acme").await;
     let root = idp.token("root", &["admins"], Some("acme"));
     let reply = call_with(&server, &root, Method::POST, "/admin/tenants/acme/policies", Some(json!({"name": "no-ghcr", "resource": "image", "pattern": "ghcr.io/*", "effect": "deny"}))).await;
