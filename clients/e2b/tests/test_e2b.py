@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from e2b import Sandbox
@@ -46,17 +47,23 @@ def test_create_info_list_timeout_and_kill(provider: str) -> None:
 def test_commands_foreground_callbacks_and_exit_codes(sandbox: Sandbox) -> None:
     result = sandbox.commands.run("echo out; echo err >&2")
     assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 0)
+    # "b" waits for a gate file that is made only once "a" has arrived: so "a" must have been
+    # streamed while the command still ran (it cannot end before the gate exists)
+    gate = f"/tmp/gate-{uuid.uuid4().hex}"
     chunks: list[str] = []
-    started = time.monotonic()
-    arrived: list[float] = []
 
     def on_stdout(text: str) -> None:
         chunks.append(text)
-        arrived.append(time.monotonic() - started)
+        if "<gate>" not in chunks and "a\n" in "".join(chunks):
+            chunks.append("<gate>")
+            sandbox.commands.run(f"touch {gate}")
 
-    sandbox.commands.run("echo a; sleep 1; echo b", on_stdout=on_stdout)
-    assert "".join(chunks) == "a\nb\n"
-    assert arrived[0] < arrived[-1] - 0.5, f"output was not streamed: {arrived}"
+    sandbox.commands.run(
+        f"echo a; while [ ! -e {gate} ]; do sleep 0.05; done; rm -f {gate}; echo b", on_stdout=on_stdout
+    )
+    assert "<gate>" in chunks, f"output was not streamed: {chunks}"
+    at = chunks.index("<gate>")
+    assert ("".join(chunks[:at]), "".join(chunks[at + 1 :])) == ("a\n", "b\n"), f"output was not streamed: {chunks}"
     with pytest.raises(CommandExitException) as failed:
         sandbox.commands.run("echo partial; exit 3")
     assert failed.value.exit_code == 3
@@ -68,8 +75,10 @@ def test_commands_foreground_callbacks_and_exit_codes(sandbox: Sandbox) -> None:
 
 
 def test_background_connect_stdin_list_and_kill(sandbox: Sandbox) -> None:
-    handle = sandbox.commands.run("sleep 1; echo done", background=True)
+    # the command waits for stdin, so it still runs when connect finds it
+    handle = sandbox.commands.run("read line; echo done", background=True, stdin=True)
     attached = sandbox.commands.connect(handle.pid)
+    sandbox.commands.send_stdin(handle.pid, "go\n")
     result = attached.wait()
     assert result.stdout == "done\n" and result.exit_code == 0
 

@@ -89,11 +89,11 @@ def test_events_see_sandbox_created(client: SvcClient, spawn_args: dict[str, Any
     with client.events(types=["sandbox.created", "sandbox.destroyed"]) as events:
         sb = Sandbox.create(client=client, **spawn_args)
         sb.destroy()
-        created = events.wait_for(lambda e: e.sandbox_id == sb.id, timeout=15)
+        created = events.wait_for(lambda e: e.sandbox_id == sb.id, timeout=60)
         assert created.type == "sandbox.created"
         assert created.data is not None and created.data["provider"] == spawn_args["provider"]
         assert created.id and created.timestamp
-        destroyed = events.wait_for(lambda e: e.sandbox_id == sb.id, timeout=15)
+        destroyed = events.wait_for(lambda e: e.sandbox_id == sb.id, timeout=60)
         assert destroyed.type == "sandbox.destroyed"
         assert events.last_event_id == destroyed.id
 

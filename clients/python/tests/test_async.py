@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import io
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +52,27 @@ async def test_lifecycle_and_context_manager(aclient: AsyncSvcClient, spawn_args
 async def test_run_buffered_and_streamed(asandbox: AsyncSandbox) -> None:
     r = await asandbox.commands.run("echo hi; echo oops >&2; exit 2")
     assert (r.stdout, r.stderr, r.exit_code) == ("hi\n", "oops\n", 2)
-    start = time.monotonic()
-    arrivals: list[tuple[float, str]] = []
+    # "b" waits for a gate file that is made only once "a" has arrived: so "a" must have been
+    # streamed while the command still ran (it cannot end before the gate exists)
+    gate = f"/tmp/gate-{uuid.uuid4().hex}"
+    arrivals: list[str] = []
+    opened: list[asyncio.Task[Any]] = []
+
+    def on_stdout(data: str) -> None:
+        arrivals.append(data)
+        if not opened and "a\n" in "".join(arrivals):
+            arrivals.append("<gate>")
+            opened.append(asyncio.create_task(asandbox.commands.run(f"touch {gate}")))
+
     r = await asandbox.commands.run(
-        "echo a; sleep 2; echo b", on_stdout=lambda d: arrivals.append((time.monotonic(), d))
+        f"echo a; while [ ! -e {gate} ]; do sleep 0.05; done; rm -f {gate}; echo b",
+        on_stdout=on_stdout,
+        timeout=60,
     )
-    end = time.monotonic()
+    assert opened and (await opened[0]).exit_code == 0
     assert r.stdout == "a\nb\n" and r.exit_code == 0
-    first_at = next(t for t, d in arrivals if "a" in d)
-    assert end - first_at > 1.5, f"'a' arrived only {end - first_at:.2f}s before the end"
-    assert first_at - start < 1.5
+    at = arrivals.index("<gate>")
+    assert ("".join(arrivals[:at]), "".join(arrivals[at + 1 :])) == ("a\n", "b\n"), arrivals
     r = await asandbox.commands.run("sleep 5", timeout=0.5)
     assert r.timed_out and r.exit_code == 124
 
@@ -90,6 +103,9 @@ async def test_background_reattach_stdin_kill(asandbox: AsyncSandbox, aclient: A
     assert (await cat.wait(timeout=10)).stdout == "in\nput\n"
 
     sleeper = await asandbox.commands.run("echo go; sleep 30", background=True)
+    async for _ in sleeper.iter_output(timeout=30):
+        if "go\n" in sleeper.stdout:
+            break
     with pytest.raises(SvcTimeoutError):
         await sleeper.wait(timeout=0.5)
     assert sleeper.stdout == "go\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -43,7 +44,7 @@ def test_run_args_env_cwd(sandbox: Sandbox) -> None:
 
 
 def test_run_timeout(sandbox: Sandbox) -> None:
-    r = sandbox.commands.run("echo before; sleep 5", timeout=0.5)
+    r = sandbox.commands.run("echo before; sleep 60", timeout=3)
     assert r.exit_code == 124 and r.timed_out
     assert r.stdout == "before\n"
 
@@ -67,19 +68,29 @@ def test_run_missing_program_is_bad_request(sandbox: Sandbox, provider: str) -> 
 
 
 def test_stream_arrives_before_the_command_ends(sandbox: Sandbox) -> None:
-    start = time.monotonic()
-    seen: list[tuple[float, str]] = []
+    # "b" waits for a gate file that is made only once "a" has arrived: so "a" must have been
+    # streamed while the command still ran (it cannot end before the gate exists)
+    gate = f"/tmp/gate-{uuid.uuid4().hex}"
+    seen: list[str] = []
     errs: list[str] = []
+
+    def on_stdout(data: str) -> None:
+        seen.append(data)
+        if "<gate>" not in seen and "a\n" in "".join(seen):
+            seen.append("<gate>")
+            assert sandbox.commands.run(f"touch {gate}").exit_code == 0
+
     r = sandbox.commands.run(
-        "echo a; echo e >&2; sleep 2; echo b",
-        on_stdout=lambda d: seen.append((time.monotonic(), d)),
+        f"echo a; echo e >&2; while [ ! -e {gate} ]; do sleep 0.05; done; rm -f {gate}; echo b",
+        on_stdout=on_stdout,
         on_stderr=errs.append,
+        timeout=60,
     )
-    end = time.monotonic()
     assert r.exit_code == 0 and r.stdout == "a\nb\n" and r.stderr == "e\n"
     assert "".join(errs) == "e\n"
-    first_at = next(t for t, d in seen if "a" in d)
-    assert end - first_at > 1.5, f"'a' arrived only {end - first_at:.2f}s before the end"
+    assert "<gate>" in seen, seen
+    at = seen.index("<gate>")
+    assert ("".join(seen[:at]), "".join(seen[at + 1 :])) == ("a\n", "b\n"), seen
     assert r.exec_id.startswith("ex-")
 
 

@@ -49,26 +49,41 @@ def test_create_get_list_extend_destroy(client: SvcClient, spawn_args: dict[str,
     client.destroy_sandbox(sb.id)  # idempotent
 
 
+def _uptimes(output: str) -> list[float]:
+    """The uptimes of the counter's complete lines."""
+    return [float(line) for line in output[: output.rfind("\n") + 1].split()]
+
+
 def test_pause_and_resume(sandbox: Sandbox) -> None:
-    job = sandbox.commands.run("i=0; while true; do echo $i; i=$((i+1)); sleep 0.05; done", background=True)
+    # The counter prints the machine's uptime: while the sandbox is paused it prints nothing, so
+    # its output shows a gap at least as long as the pause.
+    job = sandbox.commands.run(
+        "while true; do read up rest < /proc/uptime; echo $up; sleep 0.05; done", background=True
+    )
     deadline = time.monotonic() + 20
     while job.info().stdout_bytes == 0:
         assert time.monotonic() < deadline, "the counter never printed"
         time.sleep(0.05)
     paused = sandbox.pause()
+    paused_from = time.monotonic()
     assert paused.state == "paused" and paused.paused_at
-    frozen = job.info().stdout_bytes
     time.sleep(1)
-    assert job.info().stdout_bytes == frozen, "a paused sandbox went on printing"
     with pytest.raises(ConflictError):
         sandbox.commands.run("true")
     assert sandbox.pause().state == "paused"  # idempotent
+    paused_for = time.monotonic() - paused_from
     resumed = sandbox.resume()
     assert resumed.state == "running" and resumed.paused_at is None
-    while job.info().stdout_bytes == frozen:
-        assert time.monotonic() < deadline + 20, "the counter did not continue"
+    now = float(sandbox.commands.run("cat /proc/uptime").stdout.split()[0])
+    deadline = time.monotonic() + 20
+    while not any(up > now for up in _uptimes(job.stdout)):
+        assert time.monotonic() < deadline, "the counter did not continue"
+        list(job.iter_output(follow=False))
         time.sleep(0.05)
     job.kill()
+    ups = _uptimes(job.wait(timeout=30).stdout)
+    gap = max(b - a for a, b in zip(ups, ups[1:]))
+    assert gap >= paused_for - 0.1, f"a paused sandbox went on printing (longest gap {gap:.2f}s of {paused_for:.2f}s)"
 
 
 def test_connect_to_existing(client: SvcClient, sandbox: Sandbox) -> None:

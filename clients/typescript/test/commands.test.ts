@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
 import net from "node:net";
 import { after, before, it } from "node:test";
-import { ConflictError, NotFoundError, Sandbox, ResourceLimitError, SvcClient, type CommandHandle } from "svc-sdk";
+import { ConflictError, NotFoundError, Sandbox, ResourceLimitError, SvcClient, type CommandHandle, type CommandResult } from "svc-sdk";
 import { eachProvider, spawnOptions, suiteServer, waitFor } from "./helpers.js";
 
 const server = await suiteServer();
@@ -58,7 +59,7 @@ eachProvider(server, "commands", (provider) => {
   });
 
   it("kills a command at its deadline (exit 124, timedOut)", async () => {
-    const result = await sandbox.commands.run("echo started; sleep 5", { timeout: "500ms" });
+    const result = await sandbox.commands.run("echo started; sleep 60", { timeout: "3s" });
     assert.equal(result.exitCode, 124);
     assert.equal(result.timedOut, true);
     assert.equal(result.stdout, "started\n");
@@ -69,22 +70,33 @@ eachProvider(server, "commands", (provider) => {
   });
 
   it("streams output to callbacks before the command ends", async () => {
-    const started = Date.now();
-    const seen: { data: string; at: number }[] = [];
+    // "b" waits for a gate file that is made only once "a" has arrived: so "a" must have been
+    // streamed while the command still ran (it cannot end before the gate exists).
+    const gate = `/tmp/gate-${randomUUID()}`;
+    const seen: string[] = [];
     const errs: string[] = [];
-    const result = await sandbox.commands.run("echo a; sleep 2; echo b; echo e >&2", {
-      onStdout: (data) => seen.push({ data, at: Date.now() - started }),
+    const opened: Promise<CommandResult>[] = [];
+    const result = await sandbox.commands.run(`echo a; while [ ! -e ${gate} ]; do sleep 0.05; done; rm -f ${gate}; echo b; echo e >&2`, {
+      timeout: 60,
+      onStdout: (data) => {
+        seen.push(data);
+        if (opened.length === 0 && seen.join("").includes("a\n")) {
+          seen.push("<gate>");
+          const touch = sandbox.commands.run(`touch ${gate}`);
+          touch.catch(() => undefined); // awaited below
+          opened.push(touch);
+        }
+      },
       onStderr: (data) => errs.push(data),
     });
-    const finished = Date.now() - started;
+    const [touch] = opened;
+    assert.ok(touch, "onStdout was called with a");
+    assert.equal((await touch).exitCode, 0);
     assert.equal(result.exitCode, 0);
     assert.equal(result.stdout, "a\nb\n");
     assert.equal(errs.join(""), "e\n");
-    const first = seen[0];
-    assert.ok(first, "onStdout was called");
-    assert.equal(first.data, "a\n");
-    assert.ok(finished >= 2000, `the command took ${finished}ms`);
-    assert.ok(first.at < finished - 1500, `"a" arrived at ${first.at}ms, the command ended at ${finished}ms`);
+    const at = seen.indexOf("<gate>");
+    assert.deepEqual([seen.slice(0, at).join(""), seen.slice(at + 1).join("")], ["a\n", "b\n"], JSON.stringify(seen));
     assert.match(result.execId, /^ex-/);
   });
 

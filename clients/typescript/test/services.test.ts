@@ -146,7 +146,7 @@ eachProvider(server, "events", (provider) => {
     const stream = await events({ types: ["sandbox.created", "sandbox.destroyed"] });
     const sandbox = await Sandbox.create(spawnOptions(provider));
     const seen: SvcEvent[] = [];
-    const deadline = setTimeout(() => stream.close(), 15_000);
+    const deadline = setTimeout(() => stream.close(), 60_000);
     try {
       for await (const event of stream) {
         if (event.sandbox_id !== sandbox.id) continue;

@@ -122,8 +122,10 @@ for (const provider of ["mock", "docker"]) {
         assert.equal(result.stdout, "a\nb\n");
         assert.equal(chunks.join(""), "a\nb\n");
         await assert.rejects(sandbox.commands.run("echo x >&2; exit 4"), (err) => err instanceof CommandExitError && err.exitCode === 4 && err.stderr === "x\n");
-        const handle = await sandbox.commands.run("sleep 0.5; echo done", { background: true });
+        // The command waits for stdin, so it still runs when connect finds it.
+        const handle = await sandbox.commands.run("read line; echo done", { background: true, stdin: true });
         const attached = await sandbox.commands.connect(handle.pid);
+        await sandbox.commands.sendStdin(handle.pid, "go\n");
         assert.equal((await attached.wait()).stdout, "done\n");
         const reader = await sandbox.commands.run("read line; echo got:$line", { background: true, stdin: true });
         await sandbox.commands.sendStdin(reader.pid, "piped\n");
