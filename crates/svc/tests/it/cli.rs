@@ -288,7 +288,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// Whether `GET /api/v1/health` on `port` answers 200, over a plain blocking socket.
-fn health_answers(port: u16) -> bool {
+pub(crate) fn health_answers(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;

@@ -302,21 +302,6 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
-fn health_answers() -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", PORT)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let request = "GET /api/v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.starts_with("HTTP/1.1 200")
-}
-
 /// The server started by the README's command; stopped (SIGTERM) when dropped.
 struct Server {
     child: Child,
@@ -349,7 +334,7 @@ fn start_server(run_command: &str, dir: &Path) -> Server {
     let child = command.spawn().unwrap();
     let mut server = Server { child, log };
     let started = Instant::now();
-    while !health_answers() {
+    while !crate::cli::health_answers(PORT) {
         if let Some(status) = server.child.try_wait().unwrap() {
             panic!(
                 "`{run_command}` ended ({status}) before answering /health:\n{}",
