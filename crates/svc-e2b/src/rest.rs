@@ -396,8 +396,14 @@ pub(crate) async fn connect(
         sandbox = e2b.plane.resume_sandbox(&principal, &id).await?;
     }
     if let Some(seconds) = body.timeout {
-        let wanted = chrono::Utc::now()
-            + chrono::Duration::seconds(i64::try_from(seconds).unwrap_or(i64::MAX / 2));
+        // A timeout beyond what a time can hold is the caller's mistake (400), never a panic.
+        let wanted = i64::try_from(seconds)
+            .ok()
+            .and_then(chrono::Duration::try_seconds)
+            .and_then(|timeout| chrono::Utc::now().checked_add_signed(timeout))
+            .ok_or_else(|| {
+                E2bError::bad_request(format!("timeout: {seconds} seconds is out of range"))
+            })?;
         if wanted > sandbox.expires_at {
             sandbox = e2b
                 .plane

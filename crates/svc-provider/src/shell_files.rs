@@ -386,12 +386,34 @@ impl<'a> ShellFiles<'a> {
             }
             stderr
         });
+        let mut exit = exit;
         let mut fed = Ok(());
         let mut refused = None;
-        while let Some(chunk) = content.next().await {
+        // The command may end before its input does (a refusal): that ends the feeding at
+        // once, whether the path to it (the agent, the engine's attach stream) reports the
+        // closed stdin or keeps taking bytes nobody reads.
+        let mut ended_early = None;
+        loop {
+            let chunk = tokio::select! {
+                biased;
+                ended = &mut exit => {
+                    ended_early = Some(ended);
+                    break;
+                }
+                chunk = content.next() => chunk,
+            };
+            let Some(chunk) = chunk else { break };
             match chunk {
                 Ok(data) => {
-                    if let Err(err) = control.write_stdin(data).await {
+                    let wrote = tokio::select! {
+                        biased;
+                        ended = &mut exit => {
+                            ended_early = Some(ended);
+                            break;
+                        }
+                        wrote = control.write_stdin(data) => wrote,
+                    };
+                    if let Err(err) = wrote {
                         refused = Some(err);
                         break;
                     }
@@ -401,6 +423,22 @@ impl<'a> ShellFiles<'a> {
                     break;
                 }
             }
+        }
+        if let Some(ended) = ended_early {
+            let code = ended?.code;
+            let stderr = drained.await.unwrap_or_default();
+            if code != 0 {
+                return Err(script_error(path, code, &stderr));
+            }
+            // Done without all of its input: nothing it wrote can be whole.
+            if let Some(leftover) = leftover {
+                let _ = self
+                    .run(path, "rm -f -- \"$1\"", &[leftover.as_str()])
+                    .await;
+            }
+            return Err(ProviderError::failed(format!(
+                "{path}: the command ended before reading all of its input"
+            )));
         }
         let refused = match refused {
             Some(err) => Some(err),

@@ -55,8 +55,10 @@ impl HttpMetrics {
         }
     }
 
-    /// Counts one answered request.
+    /// Counts one answered request. Methods outside HTTP's standard ones count as `other`
+    /// (decisions §30): a client inventing methods must not invent series.
     pub fn observe(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        let method = known_method(method);
         let code = status.to_string();
         self.requests
             .with_label_values(&[route, method, code.as_str()])
@@ -69,5 +71,45 @@ impl HttpMetrics {
     /// The families, for the scrape.
     pub(crate) fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.registry.gather()
+    }
+}
+
+/// `method` when it is one of HTTP's standard methods, else `other`.
+fn known_method(method: &str) -> &str {
+    const KNOWN: &[&str] = &[
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    if KNOWN.contains(&method) {
+        method
+    } else {
+        "other"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invented_methods_share_one_series() {
+        let metrics = HttpMetrics::new();
+        for n in 0..50 {
+            metrics.observe("unmatched", &format!("M{n}"), 405, 0.001);
+        }
+        metrics.observe("unmatched", "GET", 404, 0.001);
+        let requests = metrics
+            .gather()
+            .into_iter()
+            .find(|f| f.name() == "svc_http_requests_total")
+            .expect("the requests family");
+        let methods: Vec<String> = requests
+            .get_metric()
+            .iter()
+            .flat_map(|m| m.get_label().iter())
+            .filter(|l| l.name() == "method")
+            .map(|l| l.value().to_owned())
+            .collect();
+        assert_eq!(methods.len(), 2, "{methods:?}");
+        assert!(methods.contains(&"other".to_owned()) && methods.contains(&"GET".to_owned()));
     }
 }

@@ -328,6 +328,9 @@ impl DockerProvider {
             user,
             host_config: Some(HostConfig {
                 memory: Some(i64::from(spec.memory_mb) * 1024 * 1024),
+                // Swap equal to the memory: no swap beyond the limit (decisions §30), where the
+                // engine's default would double it.
+                memory_swap: Some(i64::from(spec.memory_mb) * 1024 * 1024),
                 nano_cpus: Some(i64::from(spec.vcpus) * 1_000_000_000),
                 pids_limit: Some(i64::from(config.pids_limit)),
                 cap_drop: Some(config.dropped_caps.clone()),

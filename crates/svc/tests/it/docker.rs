@@ -167,6 +167,11 @@ async fn docker_sandbox_lifecycle_with_labels_and_limits(path: ExecPath) {
     assert_eq!(labels["dev.svc.worker"], "local");
     let host = inspect.host_config.unwrap();
     assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    assert_eq!(
+        host.memory_swap,
+        Some(256 * 1024 * 1024),
+        "no swap beyond the memory limit"
+    );
     assert_eq!(host.nano_cpus, Some(1_000_000_000));
     assert_eq!(host.pids_limit, Some(256));
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));

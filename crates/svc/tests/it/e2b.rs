@@ -223,6 +223,21 @@ async fn the_e2b_listener_speaks_e2bs_rest_and_connect_rpc() {
         .await
         .unwrap();
     assert_eq!(resumed.status(), StatusCode::CREATED);
+    // A timeout too large to be a time is refused with an answer, on both routes (decisions
+    // §30: it panicked the handler and dropped the connection).
+    for route in [
+        format!("{e2b}/v2/sandboxes/{id}/connect"),
+        format!("{e2b}/sandboxes/{id}/connect"),
+    ] {
+        let huge = client
+            .post(&route)
+            .json(&json!({"timeout": u64::MAX}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{route} answered nothing: {e}"));
+        let body = assert_e2b_error(huge, StatusCode::BAD_REQUEST).await;
+        assert!(body.to_string().contains("out of range"), "{body}");
+    }
     let running = client
         .post(format!("{e2b}/v2/sandboxes/{id}/connect"))
         .json(&json!({}))
@@ -429,11 +444,12 @@ async fn svcs_rate_limit_applies_on_the_e2b_listener() {
 }
 
 /// An E2B error: `status`, and a body `{code: <the status as a number>, message}`.
-async fn assert_e2b_error(response: reqwest::Response, status: StatusCode) {
+async fn assert_e2b_error(response: reqwest::Response, status: StatusCode) -> Value {
     assert_eq!(response.status(), status);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], status.as_u16(), "{body}");
     assert!(body["message"].is_string(), "{body}");
+    body
 }
 
 /// `GET /v2/sandboxes` pages with svc's own cursor as `nextToken`: following the tokens while

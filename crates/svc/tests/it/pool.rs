@@ -470,6 +470,16 @@ async fn users_share_a_container_but_not_their_files_on(path: crate::docker::Exe
         .write("bob", &bob, "/workspace/bob/door/planted", "x")
         .await
         .assert_error(400, "bad_request");
+    // A large write meets the refusal too, at once: the script ends before its input does,
+    // which neither a broken pipe (the agent) nor the engine's attach stream may hide.
+    let large = "x".repeat(4 << 20);
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        users.write("bob", &bob, "/workspace/bob/door/planted", &large),
+    )
+    .await
+    .expect("a refused large write answers before the engine's 120 s timeout")
+    .assert_error(400, "bad_request");
     assert_eq!(
         users.exec("alice", &alice, "ls").await.body["stdout"],
         "secret.txt\n",

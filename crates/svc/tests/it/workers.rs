@@ -259,6 +259,39 @@ async fn server_with_worker_auth() -> TestServer {
     .await
 }
 
+/// A heartbeat with a wrong credential of any kind is answered 401, never a dropped connection
+/// (decisions §30).
+#[tokio::test]
+async fn a_heartbeat_with_a_wrong_credential_is_answered_401() {
+    let server = TestServer::start_with(|c| {
+        c.auth.enabled = true;
+        c.auth.api_key = svc_core::config::Secret::new("right-api-key-0123456789abcdef");
+        c.auth.admin_api_key = svc_core::config::Secret::new(ADMIN_KEY);
+        c.auth.worker_token = svc_core::config::Secret::new("shared-staging-token");
+    })
+    .await;
+    let beat = json!({"hostname": "h", "status": "online"});
+    for headers in [
+        vec![("X-API-Key", "wrong-api-key")],
+        vec![("X-Admin-API-Key", "wrong-admin-key")],
+        vec![("Authorization", "Bearer not-a-token")],
+        vec![("X-Worker-ID", "w1"), ("X-Worker-Token", "wrong-token")],
+        vec![],
+    ] {
+        let reply = server
+            .call_as(
+                &headers,
+                Method::POST,
+                "/worker/w1/heartbeat",
+                Some(beat.clone()),
+            )
+            .await;
+        assert_eq!(reply.status, 401, "{headers:?}: {}", reply.body);
+        reply.assert_error(401, "unauthorized");
+    }
+    server.shutdown().await;
+}
+
 fn as_worker<'a>(id: &'a str, token: &'a str) -> [(&'a str, &'a str); 2] {
     [("X-Worker-ID", id), ("X-Worker-Token", token)]
 }
