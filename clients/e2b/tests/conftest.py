@@ -62,6 +62,8 @@ def provider(request: pytest.FixtureRequest) -> Iterator[str]:
     env.update(
         {
             "SVC_SERVER__PORT": str(port),
+            # Its own egress proxy port: servers of other suites run at the same time.
+            "SVC_PROVIDERS__DOCKER__EGRESS_PROXY_PORT": str(_free_port()),
             "SVC_E2B__ENABLED": "true",
             "SVC_E2B__PORT": str(e2b_port),
             "SVC_PROVIDERS__MOCK__ROOT_DIR": str(workdir / "mock"),

@@ -98,6 +98,8 @@ def server() -> Iterator[Server]:
     env.update(
         {
             "SVC_SERVER__PORT": str(port),
+            # Its own egress proxy port: servers of other suites run at the same time.
+            "SVC_PROVIDERS__DOCKER__EGRESS_PROXY_PORT": str(_free_port()),
             "SVC_PROVIDERS__MOCK__ROOT_DIR": str(workdir / "mock"),
             "SVC_DEFAULTS__REAP_INTERVAL": "1h",  # prune, not the reaper, ends expired sandboxes here
         }

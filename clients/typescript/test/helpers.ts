@@ -102,6 +102,8 @@ export async function startServer(options: { mockOnly?: boolean; env?: Record<st
     const serverEnv: Record<string, string | undefined> = {
       ...env,
       SVC_SERVER__PORT: String(port),
+      // Its own egress proxy port: servers of other suites run at the same time.
+      SVC_PROVIDERS__DOCKER__EGRESS_PROXY_PORT: String(await freePort()),
       SVC_PROVIDERS__MOCK__ROOT_DIR: path.join(dir, "mock"),
       ...(dockerUnavailable ? { SVC_PROVIDERS__DOCKER__ENABLED: "false" } : {}),
       ...(options.env ?? {}),

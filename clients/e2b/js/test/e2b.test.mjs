@@ -45,6 +45,8 @@ async function startServer(provider) {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("SVC_") && !k.startsWith("E2B_")));
   Object.assign(env, {
     SVC_SERVER__PORT: String(port),
+    // Its own egress proxy port: servers of other suites run at the same time.
+    SVC_PROVIDERS__DOCKER__EGRESS_PROXY_PORT: String(await freePort()),
     SVC_E2B__ENABLED: "true",
     SVC_E2B__PORT: String(e2bPort),
     SVC_PROVIDERS__MOCK__ROOT_DIR: path.join(dir, "mock"),

@@ -62,6 +62,9 @@ fn test_config(dir: &std::path::Path) -> Config {
     config.providers.mock.root_dir = dir.join("mock");
     config.providers.docker.enabled = false;
     config.server.port = 0;
+    // Its own egress proxy port (docker tests enable docker): servers of other tests run at
+    // the same time on the same bridge.
+    config.providers.docker.egress_proxy_port = crate::cli::free_port();
     config
 }
 
