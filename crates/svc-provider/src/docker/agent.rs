@@ -110,7 +110,7 @@ async fn usable_agent(
         let beside = std::env::current_exe()
             .map_err(|e| format!("cannot locate the svc binary: {e}"))?
             .with_file_name("svc-agent");
-        let beside_reason = if beside.exists() {
+        let beside_reason = if tokio::fs::try_exists(&beside).await.unwrap_or(false) {
             match checked(&beside).await {
                 Ok(()) => {
                     return Ok(AgentBinary {
