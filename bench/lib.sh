@@ -8,7 +8,7 @@ svc_start() {
     shift 2
     (
         cd "$work"
-        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" \
+        export SVC_SERVER__PORT="$port" SVC_PROVIDERS__MOCK__ROOT_DIR="$work/mock" SVC_PROVIDERS__MOCK__ENABLED=true \
             SVC_PROVIDERS__DOCKER__ENABLED=false SVC_LOGGING__LEVEL=warn
         if [ "$#" -gt 0 ]; then export "$@"; fi
         exec "$binary" serve 2>"$work/svc.log"

@@ -39,9 +39,13 @@ phase() {
     phase_started=$SECONDS
 }
 stress_pid=""
+build_pid=""
 report() {
     local status=$? summary="" name
     [ -z "$stress_pid" ] || kill "$stress_pid" 2>/dev/null || true
+    # A build still running when the run fails early would hold the target directory's lock;
+    # each runs in its own process group, so cargo and its compilers end together.
+    [ -z "$build_pid" ] || kill -- "-$build_pid" 2>/dev/null || true
     phase ""
     for name in $order; do summary="$summary $name ${spent[$name]}s,"; done
     say "time per phase:${summary%,}; in all $((SECONDS - run_started))s (exit $status)"
@@ -51,6 +55,34 @@ trap report EXIT
 phase install
 
 command -v cargo >/dev/null 2>&1 || die "cargo is not installed (the machine's Rust toolchain is required)"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+if ! cargo nextest --version >/dev/null 2>&1; then
+    say "installing cargo-nextest (cargo install; once per machine)"
+    cargo install --quiet --locked cargo-nextest || die "cargo install cargo-nextest failed"
+fi
+
+# Builds are the slow part on two cores, and need nothing the steps below install, so they start
+# now and run beside the installs, which mostly wait on the network and the disk: the tests'
+# build, then the release binary the README check runs (crates/svc/tests/it/readme.rs runs the
+# README's `cargo run --release -- serve` as written, which then finds everything built). One
+# after the other, so neither slows the other down. Their output goes to logs, shown on failure.
+build_log="target/test-sh-builds.log"
+mkdir -p target
+# The release build carries the guest agent, built in the microVM assets' cache (the same build
+# scripts/microvm-assets.sh makes; cargo's lock lets one wait for the other).
+export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
+say "building the workspace tests, then the release binary, in the background (log: $build_log)"
+set -m # a process group of its own, so the EXIT trap can end cargo and its compilers together
+(
+    started=$SECONDS
+    cargo nextest run --workspace --no-run --cargo-quiet && cargo build --release --quiet
+    status=$?
+    echo "builds took $(( SECONDS - started ))s in the background" >&2
+    exit "$status"
+) >"$build_log" 2>&1 &
+build_pid=$!
+set +m
 
 # shellcheck source=scripts/docker-test-env.sh
 . scripts/docker-test-env.sh
@@ -83,8 +115,8 @@ ensure_restartable_postgres
 export SVC_TEST_REQUIRE_POSTGRES=1
 
 # The microVM assets (QEMU, the guest kernel, the static agent, the vsock backend), cached
-# outside the clone in $SVC_MICROVM_ASSETS; the microVM tests fail instead of skipping without.
-export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
+# outside the clone in $SVC_MICROVM_ASSETS (set above); the microVM tests fail instead of
+# skipping without.
 phase microvm-assets
 say "preparing the microVM assets in $SVC_MICROVM_ASSETS (scripts/microvm-assets.sh)"
 bash scripts/microvm-assets.sh >/dev/null || die "scripts/microvm-assets.sh failed (see its messages above)"
@@ -120,22 +152,15 @@ fi
 /usr/bin/chromium --version >/dev/null 2>&1 || die "/usr/bin/chromium is installed but does not start"
 export SVC_CHROMIUM=/usr/bin/chromium SVC_TEST_REQUIRE_BROWSER=1
 
-# One shared target directory; builds are the slow part on two cores.
-export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
-
-if ! cargo nextest --version >/dev/null 2>&1; then
-    say "installing cargo-nextest (cargo install; once per machine)"
-    cargo install --quiet --locked cargo-nextest || die "cargo install cargo-nextest failed"
-fi
-
 phase build
-# The release binary first: the README check (crates/svc/tests/it/readme.rs) runs the README's
-# `cargo run --release -- serve` as written, which then finds everything built.
-say "building the release binary (cargo build --release)"
-cargo build --release --quiet || die "cargo build --release failed"
-say "building the workspace tests"
-cargo nextest run --workspace --no-run --cargo-quiet || die "building the tests failed"
+say "waiting for the builds"
+if ! wait "$build_pid"; then
+    build_pid=""
+    cat "$build_log" >&2
+    die "building the workspace tests or the release binary failed (output above and in $build_log)"
+fi
+build_pid=""
+say "$(tail -n 1 "$build_log")"
 
 phase tests
 if [ -n "${SVC_TEST_CPU_STRESS:-}" ]; then

@@ -208,7 +208,7 @@ def test_preview_of_a_web_server_in_the_sandbox(server: Server, sandbox: Sandbox
 def test_egress_is_asked_for_and_shown(client: SvcClient, provider: str, spawn_args: dict[str, Any]) -> None:
     from svc_sdk import BadRequestError
 
-    allow = ["127.0.0.1:9", "*.example.internal"]
+    allow = ["192.0.2.9:9", "*.example.internal"]
     if provider == "mock":  # the mock does not enforce egress: refused, naming the field
         with pytest.raises(BadRequestError, match="egress"):
             Sandbox.create(client=client, egress=allow, **spawn_args)

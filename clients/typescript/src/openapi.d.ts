@@ -1090,10 +1090,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Templates, by name, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`). */
+        /**
+         * Templates, by name, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`). An OIDC
+         *     caller sees the global templates and its tenant's.
+         */
         get: operations["list_templates"];
         put?: never;
-        /** Creates a template; omitted fields take the server defaults. */
+        /**
+         * Creates a template; omitted fields take the server defaults. An OIDC caller's template
+         *     belongs to its tenant; an API-key or admin caller's is global unless `tenant_id` names a
+         *     tenant (decisions §30).
+         */
         post: operations["create_template"];
         delete?: never;
         options?: never;
@@ -1110,7 +1117,10 @@ export interface paths {
         };
         /** One template. */
         get: operations["get_template"];
-        /** Replaces a template's fields. */
+        /**
+         * Replaces a template's fields; its tenant stays. An OIDC caller changes only its tenant's
+         *     templates (a global one: 403).
+         */
         put: operations["update"];
         post?: never;
         /** Deletes a template. */
@@ -1653,6 +1663,11 @@ export interface components {
             stdout: string;
             /** @description True when the deadline killed the command. */
             timed_out: boolean;
+            /**
+             * @description Present and true when output was left out: past the per-stream limit, or past what
+             *     buffered execs may hold in memory together (`exec.buffered_memory_bytes`).
+             */
+            truncated?: boolean;
         };
         /** @description `202` answer of a background exec. */
         ExecStarted: {
@@ -2651,10 +2666,15 @@ export interface components {
             memory_mb: number;
             /** @description Labels copied to spawned sandboxes. */
             metadata: components["schemas"]["BTreeMap"];
-            /** @description Unique name. */
+            /** @description Unique name, across every tenant. */
             name: string;
             /** @description Provider name. */
             provider: string;
+            /**
+             * @description The tenant that owns it; null for a global template, which every tenant sees and only
+             *     API-key and admin callers change (decisions §30).
+             */
+            tenant_id?: string | null;
             /**
              * @description Time to live of spawned sandboxes.
              * @example 30m0s
@@ -2757,6 +2777,13 @@ export interface components {
              * @default null
              */
             provider?: string | null;
+            /**
+             * @description The owning tenant (create only; a replace keeps the template's own). An OIDC caller's
+             *     templates are its tenant's, so it may name only that one; API-key and admin callers may
+             *     name any existing tenant, and their templates are global (null) when they name none.
+             * @default null
+             */
+            tenant_id?: string | null;
             /**
              * @description Time to live.
              * @default null
@@ -8551,7 +8578,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template */
+            /** @description No such template (or another tenant's) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8629,7 +8656,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template */
+            /** @description No such template (or another tenant's) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8694,7 +8721,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template */
+            /** @description No such template (or another tenant's) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8774,7 +8801,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template */
+            /** @description No such template (or another tenant's) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8848,7 +8875,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template */
+            /** @description No such template (or another tenant's) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8915,7 +8942,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template or build */
+            /** @description No such template (or another tenant's) or build */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8982,7 +9009,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template or build */
+            /** @description No such template (or another tenant's) or build */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9061,7 +9088,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template or build */
+            /** @description No such template (or another tenant's) or build */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9134,7 +9161,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such template */
+            /** @description No such template (or another tenant's) */
             404: {
                 headers: {
                     [name: string]: unknown;

@@ -25,6 +25,7 @@ export interface TemplateInput extends Omit<TemplateSpec, "ttl" | "name" | "egre
 function specBody(input: TemplateInput, name?: string): TemplateSpec {
   const body: TemplateSpec = {};
   if (name !== undefined) body.name = name;
+  if (input.tenant_id !== undefined) body.tenant_id = input.tenant_id;
   if (input.image !== undefined) body.image = input.image;
   if (input.provider !== undefined) body.provider = input.provider;
   if (input.memory_mb !== undefined) body.memory_mb = input.memory_mb;
@@ -93,7 +94,10 @@ export class Templates {
     this.client = SvcClient.from(options);
   }
 
-  /** Creates a template; ConflictError when the name exists. */
+  /**
+   * Creates a template; ConflictError when the name exists. An OIDC caller's template belongs to
+   * its tenant; an API-key or admin caller's is global unless `tenant_id` names a tenant.
+   */
   async create(name: string, input: TemplateInput = {}): Promise<Template> {
     return this.client.json("templateCreate", { body: specBody(input, name) });
   }
@@ -106,7 +110,7 @@ export class Templates {
     return this.client.json("templateGet", { params: { name } });
   }
 
-  /** Replaces a template's fields. */
+  /** Replaces a template's fields; its tenant stays. */
   async update(name: string, input: TemplateInput): Promise<Template> {
     return this.client.json("templateUpdate", { params: { name }, body: specBody(input) });
   }

@@ -179,7 +179,7 @@ eachProvider(server, "sandbox", (provider) => {
   });
 
   it("asks for egress and shows it on the sandbox and template", async () => {
-    const allow = ["127.0.0.1:9", "*.example.internal"];
+    const allow = ["192.0.2.9:9", "*.example.internal"];
     if (provider === "mock") {
       // The mock does not enforce egress: refused, naming the field.
       await assert.rejects(Sandbox.create(spawnOptions(provider, { egress: allow })), (err: unknown) => err instanceof BadRequestError && /egress/.test(err.message));

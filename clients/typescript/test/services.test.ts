@@ -235,7 +235,13 @@ eachProvider(server, "service", (provider) => {
 
 const API_KEY = "sdk-test-key-0123456789abcdef0123456789";
 const authServer = await startServer({
-  env: { SVC_AUTH__ENABLED: "true", SVC_AUTH__API_KEY: API_KEY, SVC_SERVER__MAX_UPLOAD_BYTES: "1024" },
+  // The mock is named: with authentication on, svc leaves it off otherwise (decisions §30).
+  env: {
+    SVC_AUTH__ENABLED: "true",
+    SVC_AUTH__API_KEY: API_KEY,
+    SVC_SERVER__MAX_UPLOAD_BYTES: "1024",
+    SVC_PROVIDERS__MOCK__ENABLED: "true",
+  },
 });
 after(() => authServer.stop());
 

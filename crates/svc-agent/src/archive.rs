@@ -91,7 +91,7 @@ pub(crate) async fn read(replies: &mut Replies, path: &str) {
         };
         let mut builder = tar::Builder::new(&mut writer);
         builder.follow_symlinks(false);
-        builder.append_dir_all(".", &source)?;
+        append_tree(&mut builder, &source, &kernel_mounts())?;
         builder.finish()?;
         drop(builder);
         writer.flush()
@@ -120,6 +120,152 @@ pub(crate) async fn read(replies: &mut Replies, path: &str) {
             .await;
         }
     }
+}
+
+/// Filesystem types whose files are the kernel's views, not data: an archive keeps their mount
+/// points as empty directories (`/proc/kcore` alone claims terabytes).
+const KERNEL_FILESYSTEMS: &[&str] = &[
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "pstore",
+    "bpf",
+    "configfs",
+    "fusectl",
+    "binfmt_misc",
+    "mqueue",
+    "devpts",
+    "autofs",
+    "hugetlbfs",
+];
+
+/// The mount points of kernel filesystems, from `/proc/self/mountinfo` (none when unreadable).
+fn kernel_mounts() -> std::collections::HashSet<std::path::PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Default::default();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            let fstype = fs.split(' ').next()?;
+            let point = mount.split(' ').nth(4)?;
+            KERNEL_FILESYSTEMS
+                .contains(&fstype)
+                .then(|| std::path::PathBuf::from(unescape_mount_point(point)))
+        })
+        .collect()
+}
+
+/// Mount points escape space, tab, newline and backslash as `\ooo` octal.
+fn unescape_mount_point(point: &str) -> String {
+    let mut out = String::with_capacity(point.len());
+    let mut rest = point;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let code = rest
+            .get(at + 1..at + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
+        match code {
+            Some(byte) => {
+                out.push(char::from(byte));
+                rest = &rest[at + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Appends `source` as `.` and everything below it, in name order, symlinks stored as links.
+/// Kernel filesystems stay empty directories, and what vanishes or cannot be opened while the
+/// archive is made is left out (a live sandbox changes under it); a failure reading a file
+/// already begun breaks the archive off, which the host passes on as a broken transfer.
+fn append_tree<W: Write>(
+    builder: &mut tar::Builder<W>,
+    source: &std::path::Path,
+    skipped: &std::collections::HashSet<std::path::PathBuf>,
+) -> std::io::Result<()> {
+    use std::io::ErrorKind as Kind;
+    let gone = |err: &std::io::Error| matches!(err.kind(), Kind::NotFound | Kind::PermissionDenied);
+    // `./` for the directory itself, then bare names: what `append_dir_all` wrote before.
+    let mut pending = vec![(source.to_path_buf(), std::path::Path::new(".").join(""))];
+    while let Some((path, name)) = pending.pop() {
+        let metadata = match std::fs::symlink_metadata(&path) {
+            Ok(metadata) => metadata,
+            Err(err) if gone(&err) => continue,
+            Err(err) => return Err(err),
+        };
+        if metadata.is_dir() {
+            builder.append_dir(&name, &path)?;
+            if skipped.contains(&path) {
+                continue;
+            }
+            let mut children: Vec<std::ffi::OsString> = match std::fs::read_dir(&path) {
+                Ok(entries) => entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name())
+                    .collect(),
+                Err(err) if gone(&err) => continue,
+                Err(err) => return Err(err),
+            };
+            children.sort();
+            pending.extend(
+                children
+                    .into_iter()
+                    .rev()
+                    .map(|child| (path.join(&child), name.join(&child))),
+            );
+        } else if metadata.is_file() {
+            match std::fs::File::open(&path) {
+                Ok(mut file) => builder.append_file(&name, &mut file)?,
+                Err(err) if gone(&err) => continue,
+                Err(err) => return Err(err),
+            }
+        } else if metadata.file_type().is_symlink() {
+            builder.append_path_with_name(&path, &name)?;
+        } else {
+            append_special(builder, &name, &metadata)?;
+        }
+    }
+    Ok(())
+}
+
+/// A device or fifo: a header alone. (The tar crate's own `append_path_with_name` names these
+/// by their source path, absolute here, which it then refuses.) Sockets have no place in tar
+/// and are left out, as GNU tar does.
+fn append_special<W: Write>(
+    builder: &mut tar::Builder<W>,
+    name: &std::path::Path,
+    metadata: &std::fs::Metadata,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let kind = metadata.file_type();
+    let entry_type = if kind.is_fifo() {
+        tar::EntryType::Fifo
+    } else if kind.is_char_device() {
+        tar::EntryType::Char
+    } else if kind.is_block_device() {
+        tar::EntryType::Block
+    } else {
+        return Ok(());
+    };
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata_in_mode(metadata, tar::HeaderMode::Complete);
+    header.set_entry_type(entry_type);
+    header.set_size(0);
+    if entry_type != tar::EntryType::Fifo {
+        header.set_device_major(rustix::fs::major(metadata.rdev()))?;
+        header.set_device_minor(rustix::fs::minor(metadata.rdev()))?;
+    }
+    builder.append_data(&mut header, name, std::io::empty())
 }
 
 /// Reads the chunks the connection hands over, as the tar reader wants them.
@@ -201,4 +347,48 @@ async fn write_inner(frames: &mut Frames, path: &str) -> Result<(), Failure> {
         .map_err(|e| Failure::invalid(format!("unpacking into {dir}: {e}")))?;
     fed?;
     unpacked.map_err(|e| Failure::invalid(format!("unpacking into {dir}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped() {
+        assert_eq!(unescape_mount_point("/a\\040b"), "/a b");
+        assert_eq!(unescape_mount_point("/plain"), "/plain");
+        assert_eq!(unescape_mount_point("/odd\\x"), "/odd\\x");
+    }
+
+    #[test]
+    fn kernel_mounts_stay_empty_and_links_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("proc/1")).unwrap();
+        std::fs::write(root.join("proc/1/status"), "kernel view").unwrap();
+        std::fs::write(root.join("data.txt"), "data").unwrap();
+        std::os::unix::fs::symlink("/nowhere", root.join("dangling")).unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(root.join("agent.sock")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("pipe"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let skipped = std::collections::HashSet::from([root.join("proc")]);
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.follow_symlinks(false);
+        append_tree(&mut builder, root, &skipped).unwrap();
+        let bytes = builder.into_inner().unwrap();
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["./", "dangling", "data.txt", "pipe", "proc"]);
+    }
 }

@@ -211,6 +211,9 @@ pub(crate) async fn principal_of(
     let owner = owner(headers);
     let mut principal = plane.authenticate(&credentials).await?;
     principal.owner = owner?;
+    if let Some(owner) = &principal.owner {
+        principal.check_may_act_as("X-User-ID", owner.as_str())?;
+    }
     Ok(principal)
 }
 
@@ -223,7 +226,8 @@ async fn authenticate_routed(plane: ControlPlane, mut request: Request, next: Ne
         Ok(principal) => principal,
         Err(err) => return ApiError(err).into_response(),
     };
-    if plane.config().pool.enabled && principal.owner.is_none() && acts_on_sandboxes(&path) {
+    if plane.config().pool.enabled && principal.acting_owner().is_none() && acts_on_sandboxes(&path)
+    {
         return ApiError(Error::invalid(
             "X-User-ID",
             "header is required on sandbox routes when pool mode is on (pool.enabled)",

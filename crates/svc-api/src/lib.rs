@@ -5,6 +5,7 @@
 mod auth;
 mod error;
 mod extract;
+pub mod hosts;
 mod observe;
 mod openapi;
 mod permissions;

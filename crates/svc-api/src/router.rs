@@ -91,56 +91,67 @@ pub fn router(plane: ControlPlane) -> Router {
     let ui_enabled = plane.config().server.ui_enabled;
     let observed = plane.clone();
     let previews = routes::preview::Previews::new(plane.clone());
+    let allowed_hosts =
+        crate::hosts::AllowedHosts::for_listener(plane.config(), &plane.config().server.host);
     // Every API route authenticates (probes excepted, see auth.rs); the interface description
     // is public.
-    api.route_layer(axum::middleware::from_fn_with_state(
-        plane.clone(),
-        crate::auth::authenticate,
-    ))
-    .route(
-        "/api/v1/openapi.json",
-        get(move || async move { ([(header::CONTENT_TYPE, "application/json")], json) }),
-    )
-    .route(
-        "/api/v1/openapi.yaml",
-        get(move || async move { ([(header::CONTENT_TYPE, "application/yaml")], yaml) }),
-    )
-    // The preview proxy authenticates for itself: credentials, or a preview token.
-    .route(
-        "/api/v1/sandboxes/{id}/proxy/{port}",
-        any(routes::preview::by_path).with_state(previews.clone()),
-    )
-    .route(
-        "/api/v1/sandboxes/{id}/proxy/{port}/",
-        any(routes::preview::by_path).with_state(previews.clone()),
-    )
-    .route(
-        "/api/v1/sandboxes/{id}/proxy/{port}/{*rest}",
-        any(routes::preview::by_path).with_state(previews.clone()),
-    )
-    .fallback(route_not_found)
-    .method_not_allowed_fallback(method_not_allowed)
-    .layer(DefaultBodyLimit::max(max_body))
-    .layer(axum::middleware::from_fn_with_state(
-        plane.clone(),
-        crate::ratelimit::limit,
-    ))
-    .layer(axum::middleware::from_fn(crate::error::json_errors))
-    // The console (decisions §21): its own files, outside the API's authentication and rate
-    // limit (the data comes from the API, with the caller's credential); a preview host still
-    // reaches its sandbox first.
-    .merge(if ui_enabled {
-        svc_ui::router()
-    } else {
-        Router::new()
-    })
-    .layer(axum::middleware::from_fn_with_state(
-        previews,
-        routes::preview::by_host,
-    ))
-    .with_state(plane)
-    .layer(cors)
-    .layer(axum::middleware::from_fn_with_state(
+    let app = api
+        .route_layer(axum::middleware::from_fn_with_state(
+            plane.clone(),
+            crate::auth::authenticate,
+        ))
+        .route(
+            "/api/v1/openapi.json",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], json) }),
+        )
+        .route(
+            "/api/v1/openapi.yaml",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/yaml")], yaml) }),
+        )
+        // The preview proxy authenticates for itself: credentials, or a preview token.
+        .route(
+            "/api/v1/sandboxes/{id}/proxy/{port}",
+            any(routes::preview::by_path).with_state(previews.clone()),
+        )
+        .route(
+            "/api/v1/sandboxes/{id}/proxy/{port}/",
+            any(routes::preview::by_path).with_state(previews.clone()),
+        )
+        .route(
+            "/api/v1/sandboxes/{id}/proxy/{port}/{*rest}",
+            any(routes::preview::by_path).with_state(previews.clone()),
+        )
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            plane.clone(),
+            crate::ratelimit::limit,
+        ))
+        .layer(axum::middleware::from_fn(crate::error::json_errors))
+        // The console (decisions §21): its own files, outside the API's authentication and rate
+        // limit (the data comes from the API, with the caller's credential); a preview host still
+        // reaches its sandbox first.
+        .merge(if ui_enabled {
+            svc_ui::router()
+        } else {
+            Router::new()
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            previews,
+            routes::preview::by_host,
+        ))
+        .with_state(plane)
+        .layer(cors);
+    // Without authentication, only the allowed hosts get past here (decisions §30).
+    let app = match allowed_hosts {
+        Some(allowed) => app.layer(axum::middleware::from_fn_with_state(
+            allowed,
+            crate::hosts::check,
+        )),
+        None => app,
+    };
+    app.layer(axum::middleware::from_fn_with_state(
         observed,
         crate::observe::observe,
     ))

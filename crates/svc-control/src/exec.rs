@@ -550,6 +550,8 @@ impl ControlPlane {
             .await?;
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
+        let mut held = self.inner.buffered_output.holder();
+        let mut truncated = false;
         while let Some(output) = running.next().await {
             match output {
                 ExecOutput::Chunk(chunk) => {
@@ -558,7 +560,9 @@ impl ControlPlane {
                         StdStream::Stderr => &mut stderr,
                     };
                     let room = BUFFERED_OUTPUT_LIMIT.saturating_sub(buffer.len());
-                    buffer.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
+                    let kept = held.take(chunk.data.len().min(room));
+                    truncated |= kept < chunk.data.len();
+                    buffer.extend_from_slice(&chunk.data[..kept]);
                 }
                 ExecOutput::Ended(ending) => {
                     return Ok(ExecResult {
@@ -568,6 +572,7 @@ impl ControlPlane {
                         stderr: String::from_utf8_lossy(&stderr).into_owned(),
                         duration: GoDuration::new(ending.duration),
                         timed_out: ending.timed_out,
+                        truncated,
                     });
                 }
             }

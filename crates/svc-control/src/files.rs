@@ -312,7 +312,15 @@ impl ControlPlane {
             Some(&sandbox_id),
             EventPayload::FileRead(file_data(&dir, None)),
         );
-        Ok(stream)
+        // The answer has begun: a failure now can only break the stream off, which the API
+        // passes on by closing the connection (never a clean, short tar); say why here.
+        let (logged_id, logged_dir) = (sandbox_id, dir.to_string());
+        Ok(Box::pin(futures::TryStreamExt::inspect_err(
+            stream,
+            move |err| {
+                tracing::warn!(sandbox_id = %logged_id, path = %logged_dir, error = %err, "the archive broke off mid-stream; the client sees an incomplete transfer");
+            },
+        )))
     }
 
     /// `PUT /files/archive`: extracts the tar stream `body` into `dir` (created when missing),

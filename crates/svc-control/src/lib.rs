@@ -6,6 +6,7 @@
 mod admission;
 pub mod audit;
 mod builds;
+mod egress_reach;
 pub mod events;
 mod exec;
 mod exec_jobs;
@@ -14,6 +15,7 @@ mod files;
 mod held_leases;
 pub mod identity;
 pub mod observe;
+mod output_budget;
 mod paging;
 mod pause;
 mod plane;

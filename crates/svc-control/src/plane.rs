@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub(crate) preview_keys: crate::preview::PreviewKeys,
     pub(crate) builder: Option<Arc<dyn svc_provider::ImageBuilder>>,
     pub(crate) builds: crate::builds::Builds,
+    /// What buffered execs' output may hold in memory, all together.
+    pub(crate) buffered_output: Arc<crate::output_budget::OutputBudget>,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -94,6 +96,9 @@ impl ControlPlane {
         let build_slots = parts.config.defaults.max_concurrent_builds;
         ControlPlane {
             inner: Arc::new(Inner {
+                buffered_output: crate::output_budget::OutputBudget::new(
+                    parts.config.exec.buffered_memory_bytes,
+                ),
                 config: parts.config,
                 store: parts.store,
                 providers: parts.providers,

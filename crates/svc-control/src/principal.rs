@@ -112,6 +112,49 @@ impl Principal {
         !self.tenant_scoped || self.tenant_id == tenant_id
     }
 
+    /// The only owner this caller may act as, when it is bound to one: an OIDC `viewer` or
+    /// `operator` acts as its token's subject (decisions §30); other callers may name any owner.
+    pub fn bound_owner(&self) -> Option<&str> {
+        let bound =
+            self.method == AuthMethod::Oidc && matches!(self.role, Role::Viewer | Role::Operator);
+        bound.then(|| self.subject.as_deref().unwrap_or_default())
+    }
+
+    /// The owner this call acts for: `X-User-ID`, else an OIDC caller's subject.
+    pub fn acting_owner(&self) -> Option<&str> {
+        self.owner
+            .as_ref()
+            .map(OwnerId::as_str)
+            .or(self.subject.as_deref())
+    }
+
+    /// Whether the caller sees every owner's sandboxes in the tenants it sees, where pool mode
+    /// shows the others only their own (decisions §30): an authenticated admin (not the
+    /// anonymous caller of a server without authentication, who could name anyone) or a tenant
+    /// admin.
+    pub fn sees_every_owner(&self) -> bool {
+        match self.role {
+            Role::Admin => self.method != AuthMethod::Anonymous,
+            Role::TenantAdmin => true,
+            _ => false,
+        }
+    }
+
+    /// Refuses an owner named by `field` (`X-User-ID`, `owner_id`) that a bound caller may not
+    /// act as: 403 naming the field (decisions §30).
+    pub fn check_may_act_as(&self, field: &str, owner: &str) -> Result<(), Error> {
+        match self.bound_owner() {
+            Some(bound) if bound != owner => Err(Error::Denied {
+                message: format!(
+                    "{field} names another user ({}): role {} acts only as its token's subject",
+                    svc_core::error::echo(owner),
+                    self.role.as_str()
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the permission table lets this caller do `action`.
     pub fn may(&self, action: Action) -> bool {
         permits(self.role, self.admin_fallback, action)

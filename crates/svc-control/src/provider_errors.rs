@@ -14,6 +14,7 @@ use crate::ControlPlane;
 pub(crate) fn classify(provider: &str, operation: &str, err: ProviderError) -> Error {
     match err {
         ProviderError::InvalidRequest { message } => Error::invalid("request", message),
+        ProviderError::InvalidField { field, message } => Error::invalid(field, message),
         ProviderError::Unreachable { message } => Error::BadGateway { message },
         ProviderError::FileNotFound { path } => Error::not_found(Resource::File, path),
         ProviderError::Unsupported { op } => Error::Unsupported {

@@ -16,6 +16,18 @@ fn owner_param(owner_id: &str) -> Result<OwnerId, Error> {
     OwnerId::parse(owner_id).map_err(|e| Error::invalid("ownerID", e.to_string()))
 }
 
+/// A bound caller (an OIDC viewer or operator) sees only its own quota: another owner's is 404,
+/// as if it had none (decisions §30).
+fn check_own_quota(principal: &Principal, owner: &OwnerId) -> Result<(), Error> {
+    match principal.bound_owner() {
+        Some(bound) if bound != owner.as_str() => Err(Error::not_found(
+            svc_core::error::Resource::Quota,
+            owner.as_str(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl ControlPlane {
     /// The global limits from `defaults.*`.
     pub(crate) fn global_limits(&self) -> GlobalLimits {
@@ -46,14 +58,35 @@ impl ControlPlane {
     ) -> Result<Page<OwnerQuota>, Error> {
         self.authorize(principal, Action::ReadQuotas)?;
         let paging = page.open::<String>("/quotas", String::new(), MAX_PAGE)?;
-        let quotas = self.store().list_quotas(&paging.key_page()).await?;
+        let quotas = match principal.bound_owner() {
+            // A bound caller's list holds its own quota at most.
+            Some(own) => {
+                let listed = paging.after.as_deref().is_none_or(|after| after < own);
+                match self.store().get_quota(own).await? {
+                    Some(quota) if listed => vec![quota],
+                    _ => Vec::new(),
+                }
+            }
+            None => self.store().list_quotas(&paging.key_page()).await?,
+        };
         Ok(paging.finish(quotas, |q: &OwnerQuota| q.owner_id.clone()))
     }
 
     /// `GET /quotas/summary`.
     pub async fn quota_summary(&self, principal: &Principal) -> Result<QuotaSummary, Error> {
         self.authorize(principal, Action::ReadQuotas)?;
-        Ok(self.store().quota_summary().await?)
+        let Some(own) = principal.bound_owner() else {
+            return Ok(self.store().quota_summary().await?);
+        };
+        // A bound caller's summary counts its own quota only: the others' are not its to see.
+        let quota = self.store().get_quota(own).await?;
+        let count = |set: fn(&OwnerQuota) -> bool| u64::from(quota.as_ref().is_some_and(set));
+        Ok(QuotaSummary {
+            total: count(|_| true),
+            with_max_sandboxes: count(|q| q.max_sandboxes > 0),
+            with_max_ttl: count(|q| !q.max_ttl.is_zero()),
+            with_max_exec_timeout: count(|q| !q.max_exec_timeout.is_zero()),
+        })
     }
 
     /// `GET /quotas/{ownerID}`: 404 when the owner has none.
@@ -64,6 +97,7 @@ impl ControlPlane {
     ) -> Result<OwnerQuota, Error> {
         self.authorize(principal, Action::ReadQuotas)?;
         let owner = owner_param(owner_id)?;
+        check_own_quota(principal, &owner)?;
         self.store()
             .get_quota(owner.as_str())
             .await?
@@ -78,6 +112,7 @@ impl ControlPlane {
     ) -> Result<OwnerUsage, Error> {
         self.authorize(principal, Action::ReadQuotas)?;
         let owner = owner_param(owner_id)?;
+        check_own_quota(principal, &owner)?;
         let store = self.store();
         let (quota, active) = tokio::try_join!(
             store.get_quota(owner.as_str()),

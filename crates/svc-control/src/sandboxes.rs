@@ -55,10 +55,18 @@ impl ControlPlane {
             .get_sandbox(&parsed)
             .await?
             .ok_or_else(not_found)?;
-        if !principal.can_see_tenant(&sandbox.tenant_id) {
+        if !principal.can_see_tenant(&sandbox.tenant_id) || self.owner_hides(principal, &sandbox) {
             return Err(not_found());
         }
         Ok(sandbox)
+    }
+
+    /// Pool mode's logical sandboxes answer only their owner, as if others did not exist
+    /// (decisions §30).
+    pub(crate) fn owner_hides(&self, principal: &Principal, sandbox: &Sandbox) -> bool {
+        self.config().pool.enabled
+            && !principal.sees_every_owner()
+            && principal.acting_owner() != Some(sandbox.owner_id.as_str())
     }
 
     /// A sandbox the caller may see that is `running` (for exec, files, logs, extend); any
@@ -97,7 +105,9 @@ impl ControlPlane {
         principal: &Principal,
         query: ListSandboxes,
     ) -> Result<Vec<Sandbox>, Error> {
-        let filter = self.sandbox_filter(principal, &query)?;
+        let Some(filter) = self.sandbox_filter(principal, &query)? else {
+            return Ok(Vec::new());
+        };
         Ok(self.store().list_sandboxes(&filter).await?)
     }
 
@@ -114,7 +124,9 @@ impl ControlPlane {
             query.provider.as_deref(),
         ]);
         let paging = query.page.open::<SandboxKey>("/sandboxes", key, MAX_PAGE)?;
-        let mut filter = self.sandbox_filter(principal, &query)?;
+        let Some(mut filter) = self.sandbox_filter(principal, &query)? else {
+            return Ok(paging.finish(Vec::new(), sandbox_key));
+        };
         if let Some((micros, id)) = &paging.after {
             filter.after = Some(SandboxPosition {
                 created_at: paging::timestamp(*micros)?,
@@ -126,11 +138,13 @@ impl ControlPlane {
         Ok(paging.finish(sandboxes, sandbox_key))
     }
 
+    /// The store's filter for a listing; `None` when the caller can see none of what it asked
+    /// for (another owner's sandboxes in pool mode).
     fn sandbox_filter(
         &self,
         principal: &Principal,
         query: &ListSandboxes,
-    ) -> Result<SandboxFilter, Error> {
+    ) -> Result<Option<SandboxFilter>, Error> {
         self.authorize(principal, Action::ReadSandboxes)?;
         let state = match query.state.as_deref() {
             None | Some("") => StateFilter::Active,
@@ -145,13 +159,21 @@ impl ControlPlane {
                 )
             })?),
         };
-        Ok(SandboxFilter {
+        let mut owner_id = query.owner_id.clone();
+        if self.config().pool.enabled && !principal.sees_every_owner() {
+            let acting = principal.acting_owner().unwrap_or_default();
+            match &owner_id {
+                Some(named) if named != acting => return Ok(None),
+                _ => owner_id = Some(acting.to_owned()),
+            }
+        }
+        Ok(Some(SandboxFilter {
             state,
-            owner_id: query.owner_id.clone(),
+            owner_id,
             provider: query.provider.clone(),
             tenant_id: principal.visible_tenant().map(str::to_owned),
             ..SandboxFilter::default()
-        })
+        }))
     }
 
     /// `DELETE /sandboxes/{id}`: idempotent; destroying an ended sandbox answers the same,

@@ -125,7 +125,7 @@ impl ControlPlane {
         request: TemplateSpawnRequest,
     ) -> Result<Sandbox, Error> {
         self.authorize(principal, Action::Spawn)?;
-        let template = self.template_by_name(name).await?;
+        let template = self.visible_template(principal, name).await?;
         let spawn = SpawnRequest {
             ttl: request.ttl,
             provider: request.provider,
@@ -216,14 +216,16 @@ impl ControlPlane {
         }
         let template = match (template, &request.template) {
             (Some(template), _) => Some(template),
-            (None, Some(name)) => {
-                Some(self.store().get_template(name).await?.ok_or_else(|| {
-                    Error::invalid(
-                        "template",
-                        format!("template {} does not exist", echo(name)),
-                    )
-                })?)
-            }
+            (None, Some(name)) => Some(
+                self.find_visible_template(principal, name)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            "template",
+                            format!("template {} does not exist", echo(name)),
+                        )
+                    })?,
+            ),
             (None, None) => None,
         };
         let request_image = request.image.clone();
@@ -284,10 +286,16 @@ impl ControlPlane {
         if let Placement::Local(provider) = &placement {
             check_image_for(&image, image_kind, provider.as_ref())?;
         }
-        let network = request.network.clone().or_else(|| match &placement {
-            Placement::Local(provider) => Some(provider.default_network()),
+        let local = match &placement {
+            Placement::Local(provider) => Some(provider.as_ref()),
             Placement::Elsewhere { .. } => None,
-        });
+        };
+        check_sizes(defaults, memory_mb, vcpus, local)?;
+        check_network(self.config(), request.network.as_deref(), local)?;
+        let network = request
+            .network
+            .clone()
+            .or_else(|| local.map(|provider| provider.default_network()));
         let egress = request
             .egress
             .or_else(|| template.as_ref().map(|t| t.egress.clone()))
@@ -312,6 +320,11 @@ impl ControlPlane {
         if let Placement::Local(provider) = &placement {
             check_egress_for(&egress, provider.as_ref())?;
         }
+        crate::egress_reach::check_allowlist(
+            &egress,
+            self.config().providers.docker.egress_allow_host,
+        )
+        .await?;
         let mut metadata = template
             .as_ref()
             .map(|t| t.metadata.clone())
@@ -367,6 +380,18 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// The sandbox `existing`, if a caller spawning in `tenant` may hear of it: the owner IDs
+    /// of pool mode are shared across tenants, their sandboxes are not (decisions §30).
+    async fn named_to(&self, tenant: &str, existing: Option<String>) -> Option<String> {
+        let id = SandboxId::parse(existing.as_deref()?).ok()?;
+        let sandbox = self.store().get_sandbox(&id).await.ok()??;
+        if sandbox.tenant_id == tenant {
+            existing
+        } else {
+            None
+        }
+    }
+
     /// Step "admit and record": the owner's quota read, capacity counted, the decision made
     /// and the `creating` record inserted, in one store operation. `Err` inside is the denial.
     async fn admit_and_record(&self, plan: &SpawnPlan) -> Result<Result<Sandbox, Denial>, Error> {
@@ -381,6 +406,12 @@ impl ControlPlane {
                         error,
                         queues: pool.queues(),
                     }))
+                }
+                Err(Error::OwnerHasSandbox { owner, existing }) => {
+                    return Err(Error::OwnerHasSandbox {
+                        existing: self.named_to(&plan.tenant, existing).await,
+                        owner,
+                    })
                 }
                 Err(error) => return Err(error),
             }
@@ -818,6 +849,92 @@ fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
     }
 }
 
+/// The sizes a spawn or template may ask for (decisions §30): at least the provider's minimum
+/// memory, at most `defaults.max_memory_mb` and `defaults.max_vcpus`, and no more vCPUs than
+/// this host has when it runs the provider; 400 naming the field and the limit.
+pub(crate) fn check_sizes(
+    defaults: &svc_core::config::DefaultsConfig,
+    memory_mb: u32,
+    vcpus: u32,
+    provider: Option<&dyn Provider>,
+) -> Result<(), Error> {
+    if let Some(provider) = provider {
+        let least = provider.min_memory_mb();
+        if memory_mb < least {
+            return Err(Error::invalid(
+                "memory_mb",
+                format!(
+                    "{memory_mb} MiB is below provider {}'s minimum of {least} MiB",
+                    provider.name()
+                ),
+            ));
+        }
+    }
+    if u64::from(memory_mb) > defaults.max_memory_mb {
+        return Err(Error::invalid(
+            "memory_mb",
+            format!(
+                "{memory_mb} MiB is above the limit of {} MiB (defaults.max_memory_mb)",
+                defaults.max_memory_mb
+            ),
+        ));
+    }
+    if vcpus > defaults.max_vcpus {
+        return Err(Error::invalid(
+            "vcpus",
+            format!(
+                "{vcpus} is above the limit of {} (defaults.max_vcpus)",
+                defaults.max_vcpus
+            ),
+        ));
+    }
+    let host = host_cpus();
+    if provider.is_some() && vcpus > host {
+        return Err(Error::invalid(
+            "vcpus",
+            format!("{vcpus} is more than this host's {host} CPUs"),
+        ));
+    }
+    Ok(())
+}
+
+/// The CPUs this process may use, read once.
+fn host_cpus() -> u32 {
+    static CPUS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+    })
+}
+
+/// A spawn's `network` (decisions §30): the provider's own network, or one the operator listed
+/// in `providers.docker.allowed_networks`; `host`, `container:<...>` and anything else are 400.
+fn check_network(
+    config: &svc_core::config::Config,
+    network: Option<&str>,
+    provider: Option<&dyn Provider>,
+) -> Result<(), Error> {
+    let Some(named) = network else {
+        return Ok(());
+    };
+    let own = provider.map_or_else(
+        || config.providers.docker.network_mode.clone(),
+        |p| p.default_network(),
+    );
+    let listed = &config.providers.docker.allowed_networks;
+    if named == own || listed.iter().any(|n| n == named) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "network",
+        format!(
+            "network {} is not allowed: name the provider's network ({own}) or one listed in \
+             providers.docker.allowed_networks",
+            echo(named)
+        ),
+    ))
+}
+
 /// Owner: `X-User-ID` (already validated), else the body's `owner_id`, else the OIDC subject,
 /// else none (decisions §5).
 fn resolve_owner(principal: &Principal, body_owner: Option<&str>) -> Result<String, Error> {
@@ -832,8 +949,11 @@ fn resolve_owner(principal: &Principal, body_owner: Option<&str>) -> Result<Stri
             .and_then(|sub| OwnerId::parse(sub).ok())
             .map(|o| o.as_str().to_owned())
             .unwrap_or_default()),
-        Some(owner) => OwnerId::parse(owner)
-            .map(|o| o.as_str().to_owned())
-            .map_err(|e| Error::invalid("owner_id", e.to_string())),
+        Some(owner) => {
+            let owner =
+                OwnerId::parse(owner).map_err(|e| Error::invalid("owner_id", e.to_string()))?;
+            principal.check_may_act_as("owner_id", owner.as_str())?;
+            Ok(owner.as_str().to_owned())
+        }
     }
 }

@@ -366,12 +366,14 @@ impl ControlPlane {
                 ),
             });
         }
-        let missing = || {
-            Error::invalid(
-                "tenant_id",
-                format!("tenant {} does not exist", echo(requested)),
-            )
-        };
+        self.named_tenant("tenant_id", requested).await
+    }
+
+    /// A tenant named in a body's `field`: its ID when it exists, else 400 naming the field
+    /// (a malformed ID is simply one that does not exist).
+    pub(crate) async fn named_tenant(&self, field: &str, requested: &str) -> Result<String, Error> {
+        let missing =
+            || Error::invalid(field, format!("tenant {} does not exist", echo(requested)));
         if check_tenant_id(requested).is_err() {
             return Err(missing());
         }

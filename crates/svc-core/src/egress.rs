@@ -163,6 +163,40 @@ fn split_port(entry: &str) -> Result<(&str, Option<u16>), String> {
     }
 }
 
+/// The host's own addresses a sandbox never reaches through svc unless the operator allows it
+/// (`providers.docker.egress_allow_host`, decisions §30): loopback, link-local (cloud metadata
+/// services live there) and unspecified.
+pub fn is_host_only(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| is_host_only(IpAddr::V4(v4)))
+        }
+    }
+}
+
+/// Whether `net` holds any address [`is_host_only`] refuses (`0.0.0.0/0` does).
+pub fn net_reaches_host(net: &IpNet) -> bool {
+    const HOST_ONLY: [&str; 7] = [
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "0.0.0.0/32",
+        "::1/128",
+        "::/128",
+        "fe80::/10",
+        "::ffff:127.0.0.0/104",
+    ];
+    HOST_ONLY
+        .iter()
+        .filter_map(|n| n.parse::<IpNet>().ok())
+        .any(|host| host.contains(net) || net.contains(&host))
+}
+
 impl Egress {
     /// Checks the entries (400 naming the first bad one) and the mode's needs.
     pub fn check(&self) -> Result<Vec<EgressRule>, Error> {

@@ -348,14 +348,15 @@ pub enum Error {
     },
     /// Pool mode: the owner already holds a logical sandbox (one per user).
     #[error(
-        "user {} already holds sandbox {existing}; pool mode allows one sandbox per user",
-        echo(owner)
+        "user {} already holds {}; pool mode allows one sandbox per user",
+        echo(owner),
+        existing.as_deref().map_or_else(|| "a sandbox".to_owned(), |id| format!("sandbox {id}"))
     )]
     OwnerHasSandbox {
         /// The owner.
         owner: String,
-        /// The sandbox it holds.
-        existing: String,
+        /// The sandbox it holds, named only to callers of its own tenant (decisions §30).
+        existing: Option<String>,
     },
     /// The request body is larger than allowed.
     #[error("request body is larger than {limit_bytes} bytes")]

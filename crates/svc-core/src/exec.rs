@@ -73,6 +73,10 @@ pub struct ExecResult {
     pub duration: GoDuration,
     /// True when the deadline killed the command.
     pub timed_out: bool,
+    /// Present and true when output was left out: past the per-stream limit, or past what
+    /// buffered execs may hold in memory together (`exec.buffered_memory_bytes`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// Where an exec is in its life (decisions §8, "Exec jobs").

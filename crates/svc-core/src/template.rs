@@ -10,8 +10,11 @@ use crate::sandbox::Metadata;
 /// A stored template.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Template {
-    /// Unique name.
+    /// Unique name, across every tenant.
     pub name: String,
+    /// The tenant that owns it; null for a global template, which every tenant sees and only
+    /// API-key and admin callers change (decisions §30).
+    pub tenant_id: Option<String>,
     /// Image.
     pub image: String,
     /// Memory limit in MiB.
@@ -48,6 +51,10 @@ pub struct Template {
 pub struct TemplateSpec {
     /// Unique name (create only).
     pub name: Option<String>,
+    /// The owning tenant (create only; a replace keeps the template's own). An OIDC caller's
+    /// templates are its tenant's, so it may name only that one; API-key and admin callers may
+    /// name any existing tenant, and their templates are global (null) when they name none.
+    pub tenant_id: Option<String>,
     /// Image; default `defaults.image`.
     pub image: Option<String>,
     /// Memory limit in MiB.

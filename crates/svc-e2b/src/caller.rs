@@ -40,6 +40,21 @@ pub(crate) struct SandboxCaller {
     pub(crate) user: Option<String>,
 }
 
+/// The caller of a control-plane route, as an extractor: placed before the body's, it
+/// authenticates before any body is read (decisions §30).
+pub(crate) struct ApiCaller(pub(crate) Principal);
+
+impl axum::extract::FromRequestParts<E2b> for ApiCaller {
+    type Rejection = crate::error::E2bError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        e2b: &E2b,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(ApiCaller(e2b.api_caller(&parts.headers).await?))
+    }
+}
+
 pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }

@@ -81,7 +81,8 @@ where
     async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, E2bError> {
         let body = axum::body::Bytes::from_request(request, state)
             .await
-            .map_err(|e| E2bError::bad_request(e.body_text()))?;
+            // Past `server.max_body_bytes`: 413, as on svc's own API.
+            .map_err(|e| E2bError::new(e.status(), e.body_text()))?;
         // The SDKs send no body where every field is optional.
         let body: &[u8] = if body.is_empty() { b"{}" } else { &body };
         serde_json::from_slice(body)

@@ -32,6 +32,7 @@ pub const ENVD_VERSION: &str = "0.5.7";
 
 /// The E2B listener's application.
 pub fn router(plane: ControlPlane) -> Router {
+    let max_body = usize::try_from(plane.config().server.max_body_bytes).unwrap_or(usize::MAX);
     let state = caller::E2b::new(plane);
     Router::new()
         .route("/v2/sandboxes", post(rest::create).get(rest::list))
@@ -50,7 +51,10 @@ pub fn router(plane: ControlPlane) -> Router {
         .route("/filesystem.Filesystem/{method}", post(filesystem::call))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::disable())
+        // JSON bodies are read only after authentication (see `caller::ApiCaller`) and no
+        // larger than `server.max_body_bytes`; uploads stream and connect-rpc messages have
+        // limits of their own.
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             ratelimit::limit,

@@ -4,7 +4,7 @@
 //! pause and resume are svc's. Ended sandboxes are not found here, as on E2B.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -16,7 +16,7 @@ use svc_core::sandbox::{ExtendRequest, Metadata, Sandbox, SandboxState, SpawnReq
 use svc_core::template::TemplateSpawnRequest;
 use svc_core::{Error, GoDuration};
 
-use crate::caller::E2b;
+use crate::caller::{ApiCaller, E2b};
 use crate::error::{E2bError, E2bJson, E2bQuery};
 
 /// The metadata key that keeps the E2B template name a sandbox was asked for.
@@ -125,10 +125,9 @@ fn ttl(seconds: u64) -> GoDuration {
 /// `POST /v2/sandboxes`: 201 with the new sandbox.
 pub(crate) async fn create(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     E2bJson(body): E2bJson<NewSandbox>,
 ) -> Result<Response, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let name = body.template_id.unwrap_or_else(|| "base".to_owned());
     let mut metadata = body.metadata.unwrap_or_default();
     metadata.insert(TEMPLATE_KEY.to_owned(), name.clone());
@@ -225,7 +224,7 @@ fn listed(sandbox: &Sandbox, states: &[&str], metadata: Option<&str>) -> bool {
 /// two-state filters are applied here, so one svc page may not fill an E2B page).
 pub(crate) async fn list(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     E2bQuery(query): E2bQuery<ListQuery>,
 ) -> Result<Response, E2bError> {
     let states: Vec<&str> = match query.state.as_deref() {
@@ -238,7 +237,6 @@ pub(crate) async fn list(
         _ => None,
     };
     let limit = query.limit.unwrap_or(100).clamp(1, MAX_PAGE as usize);
-    let principal = e2b.api_caller(&headers).await?;
     let mut cursor = query.next_token.filter(|token| !token.is_empty());
     let mut page = Vec::with_capacity(limit);
     loop {
@@ -284,10 +282,9 @@ pub(crate) async fn list(
 /// Legacy `GET /sandboxes`: the running sandboxes, unpaginated.
 pub(crate) async fn list_v1(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     E2bQuery(query): E2bQuery<ListQuery>,
 ) -> Result<Json<Vec<Value>>, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let request = ListSandboxes {
         state: Some("running".to_owned()),
         ..ListSandboxes::default()
@@ -305,20 +302,18 @@ pub(crate) async fn list_v1(
 /// `GET /sandboxes/{id}`.
 pub(crate) async fn info(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     Ok(Json(detail(&live(&e2b, &principal, &id).await?)))
 }
 
 /// `DELETE /sandboxes/{id}`: 204; 404 for one already gone.
 pub(crate) async fn kill(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     live(&e2b, &principal, &id).await?;
     e2b.plane.destroy_sandbox(&principal, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -327,27 +322,26 @@ pub(crate) async fn kill(
 /// `POST /sandboxes/{id}/timeout` `{timeout}`: the sandbox ends `timeout` seconds from now.
 pub(crate) async fn set_timeout(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
     E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<StatusCode, E2bError> {
     let seconds = body
         .timeout
         .ok_or_else(|| E2bError::bad_request("timeout: is required"))?;
-    end_in(&e2b, &headers, &id, seconds).await
+    end_in(&e2b, &principal, &id, seconds).await
 }
 
 /// Sandbox `id` (a live one) ends `seconds` from now: 204.
 async fn end_in(
     e2b: &E2b,
-    headers: &HeaderMap,
+    principal: &Principal,
     id: &str,
     seconds: u64,
 ) -> Result<StatusCode, E2bError> {
-    let principal = e2b.api_caller(headers).await?;
-    live(e2b, &principal, id).await?;
+    live(e2b, principal, id).await?;
     e2b.plane
-        .extend_sandbox(&principal, id, ExtendRequest { ttl: ttl(seconds) })
+        .extend_sandbox(principal, id, ExtendRequest { ttl: ttl(seconds) })
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -355,20 +349,19 @@ async fn end_in(
 /// Legacy `POST /sandboxes/{id}/refreshes` `{duration}`: as set-timeout (default 60 s).
 pub(crate) async fn refresh(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
     E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<StatusCode, E2bError> {
-    end_in(&e2b, &headers, &id, body.duration.unwrap_or(60)).await
+    end_in(&e2b, &principal, &id, body.duration.unwrap_or(60)).await
 }
 
 /// `POST /sandboxes/{id}/pause`: 204; 409 when it is paused already.
 pub(crate) async fn pause(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let sandbox = live(&e2b, &principal, &id).await?;
     if sandbox.state == SandboxState::Paused {
         return Err(E2bError::new(
@@ -385,11 +378,10 @@ pub(crate) async fn pause(
 /// life.
 pub(crate) async fn connect(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
     E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<Response, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let mut sandbox = live(&e2b, &principal, &id).await?;
     let resumed = sandbox.state == SandboxState::Paused;
     if resumed {
@@ -423,10 +415,9 @@ pub(crate) async fn connect(
 /// are not measured and read 0.
 pub(crate) async fn metrics(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Value>>, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let sandbox = live(&e2b, &principal, &id).await?;
     let stats = e2b.plane.sandbox_stats(&principal, &id).await?;
     Ok(Json(vec![json!({
@@ -445,11 +436,10 @@ pub(crate) async fn metrics(
 /// Legacy `POST /sandboxes/{id}/resume`: 201; 409 for a running sandbox.
 pub(crate) async fn resume(
     State(e2b): State<E2b>,
-    headers: HeaderMap,
+    ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
     E2bJson(body): E2bJson<TimeoutBody>,
 ) -> Result<Response, E2bError> {
-    let principal = e2b.api_caller(&headers).await?;
     let sandbox = live(&e2b, &principal, &id).await?;
     if sandbox.state != SandboxState::Paused {
         return Err(E2bError::new(
@@ -457,7 +447,7 @@ pub(crate) async fn resume(
             format!("sandbox {id} is not paused"),
         ));
     }
-    connect(State(e2b), headers, Path(id), E2bJson(body)).await
+    connect(State(e2b), ApiCaller(principal), Path(id), E2bJson(body)).await
 }
 
 #[cfg(test)]

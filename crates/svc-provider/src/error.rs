@@ -27,6 +27,14 @@ pub enum ProviderError {
         /// What is wrong.
         message: String,
     },
+    /// A spawn field the provider cannot honour (a network the engine does not have).
+    #[error("{message}")]
+    InvalidField {
+        /// The request field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The provider's backend cannot be reached (engine down, socket missing).
     #[error("provider backend unavailable: {message}")]
     Unavailable {

@@ -164,6 +164,12 @@ pub trait Provider: Send + Sync + 'static {
         "host".to_owned()
     }
 
+    /// The least memory, in MiB, a runtime of this provider can be given; a spawn asking for
+    /// less is refused with 400 (decisions §30).
+    fn min_memory_mb(&self) -> u32 {
+        1
+    }
+
     /// Checks the backend answers.
     async fn health(&self) -> Result<(), ProviderError>;
 

@@ -241,16 +241,24 @@ pub trait Store: Send + Sync + 'static {
     /// One template by name.
     async fn get_template(&self, name: &str) -> StoreResult<Option<Template>>;
 
-    /// Templates by name, a page of them.
-    async fn list_templates(&self, page: &KeyPage) -> StoreResult<Vec<Template>>;
+    /// Templates by name, a page of them. `tenant`: `None` lists every template; `Some(t)` the
+    /// global ones (no tenant) and `t`'s (decisions §30).
+    async fn list_templates(
+        &self,
+        page: &KeyPage,
+        tenant: Option<&str>,
+    ) -> StoreResult<Vec<Template>>;
 
-    /// Replaces an existing template (matched by name), keeping its `created_at`. Returns the
-    /// stored record, or `None` when there is no such template.
+    /// Replaces an existing template, matched by name and owning tenant (`tenant_id`, `None`
+    /// for a global one), keeping its `created_at` and tenant. Returns the stored record, or
+    /// `None` when there is no such template of that tenant: a template deleted and made again
+    /// by another tenant between a caller's read and its write is not overwritten.
     async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>>;
 
-    /// Deletes a template with its builds and their logs, in one transaction; false when there
-    /// was no such template.
-    async fn delete_template(&self, name: &str) -> StoreResult<bool>;
+    /// Deletes template `name` of tenant `tenant_id` (`None`: the global one) with its builds
+    /// and their logs, in one transaction; false when there was no such template of that
+    /// tenant (then nothing is deleted).
+    async fn delete_template(&self, name: &str, tenant_id: Option<&str>) -> StoreResult<bool>;
 
     /// Saves a new build (state `running`) that `worker_id` runs.
     async fn insert_build(&self, build: &TemplateBuild, worker_id: &str) -> StoreResult<()>;

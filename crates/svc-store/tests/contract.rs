@@ -279,6 +279,7 @@ async fn destroy(store: &dyn Store, id: &SandboxId, at: Timestamp) -> Option<San
 fn template(name: &str) -> Template {
     Template {
         name: name.into(),
+        tenant_id: None,
         image: "python:3.12".into(),
         memory_mb: 1024,
         vcpus: 2,
@@ -566,7 +567,7 @@ async fn template_crud(store: &dyn Store) {
     assert_eq!(store.get_template("py").await.unwrap(), Some(t.clone()));
     store.insert_template(&template("alpha")).await.unwrap();
     let names: Vec<_> = store
-        .list_templates(&KeyPage::ALL)
+        .list_templates(&KeyPage::ALL, None)
         .await
         .unwrap()
         .into_iter()
@@ -587,9 +588,131 @@ async fn template_crud(store: &dyn Store) {
         store.update_template(&template("missing")).await.unwrap(),
         None
     );
-    assert!(store.delete_template("py").await.unwrap());
-    assert!(!store.delete_template("py").await.unwrap());
+    assert!(store.delete_template("py", None).await.unwrap());
+    assert!(!store.delete_template("py", None).await.unwrap());
     assert_eq!(store.get_template("py").await.unwrap(), None);
+}
+
+fn tenant_template(name: &str, tenant: Option<&str>) -> Template {
+    Template {
+        tenant_id: tenant.map(str::to_owned),
+        ..template(name)
+    }
+}
+
+/// Templates belong to a tenant or to none (decisions §30): names are unique across tenants, a
+/// tenant's list holds the global templates and its own in name order, page by page, and an
+/// update or delete applies only to the template of the tenant it names.
+async fn templates_belong_to_tenants(store: &dyn Store) {
+    for (name, tenant) in [
+        ("alpha", Some("acme")),
+        ("beta", Some("globex")),
+        ("delta", Some("acme")),
+        ("gamma", None),
+        ("omega", None),
+    ] {
+        store
+            .insert_template(&tenant_template(name, tenant))
+            .await
+            .unwrap();
+    }
+    let err = store
+        .insert_template(&tenant_template("alpha", Some("globex")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                entity: "template",
+                ..
+            }
+        ),
+        "a name is taken across tenants: {err:?}"
+    );
+    assert_eq!(
+        store.get_template("alpha").await.unwrap(),
+        Some(tenant_template("alpha", Some("acme")))
+    );
+    let names = |templates: Vec<Template>| -> Vec<String> {
+        templates.into_iter().map(|t| t.name).collect()
+    };
+    let page = |after: Option<&str>, limit: Option<u32>| KeyPage {
+        after: after.map(str::to_owned),
+        limit,
+    };
+    for (tenant, wanted) in [
+        (None, &["alpha", "beta", "delta", "gamma", "omega"][..]),
+        (Some("acme"), &["alpha", "delta", "gamma", "omega"][..]),
+        (Some("globex"), &["beta", "gamma", "omega"][..]),
+        (Some("initech"), &["gamma", "omega"][..]),
+    ] {
+        let listed = store.list_templates(&KeyPage::ALL, tenant).await.unwrap();
+        assert_eq!(names(listed), wanted, "{tenant:?}");
+    }
+    let acme = Some("acme");
+    let first = store
+        .list_templates(&page(None, Some(2)), acme)
+        .await
+        .unwrap();
+    assert_eq!(names(first), ["alpha", "delta"]);
+    let second = store
+        .list_templates(&page(Some("delta"), Some(2)), acme)
+        .await
+        .unwrap();
+    assert_eq!(names(second), ["gamma", "omega"]);
+    let after_last = store
+        .list_templates(&page(Some("omega"), Some(2)), acme)
+        .await
+        .unwrap();
+    assert!(after_last.is_empty());
+
+    // An update matches the tenant too, and keeps it.
+    for wrong in [Some("globex"), None] {
+        let mut other = tenant_template("alpha", wrong);
+        other.image = "evil:1".into();
+        assert_eq!(
+            store.update_template(&other).await.unwrap(),
+            None,
+            "{wrong:?}"
+        );
+    }
+    let mut changed = tenant_template("alpha", acme);
+    changed.image = "node:22".into();
+    let stored = store.update_template(&changed).await.unwrap().unwrap();
+    assert_eq!(stored.image, "node:22");
+    assert_eq!(stored.tenant_id.as_deref(), acme);
+    let mut global = tenant_template("gamma", None);
+    global.image = "node:22".into();
+    let stored = store.update_template(&global).await.unwrap().unwrap();
+    assert_eq!(stored.tenant_id, None, "a global template stays global");
+
+    // A delete naming another tenant deletes nothing, builds included.
+    let kept = build("alpha", 1);
+    store.insert_build(&kept, "w1").await.unwrap();
+    for wrong in [Some("globex"), None] {
+        assert!(
+            !store.delete_template("alpha", wrong).await.unwrap(),
+            "{wrong:?}"
+        );
+    }
+    assert_eq!(
+        store.get_template("alpha").await.unwrap().map(|t| t.image),
+        Some("node:22".to_owned())
+    );
+    assert_eq!(
+        store.get_build("alpha", &kept.build_id).await.unwrap(),
+        Some(kept.clone())
+    );
+    assert!(!store.delete_template("gamma", acme).await.unwrap());
+    assert!(store.delete_template("alpha", acme).await.unwrap());
+    assert_eq!(
+        store.get_build("alpha", &kept.build_id).await.unwrap(),
+        None
+    );
+    assert!(store.delete_template("gamma", None).await.unwrap());
+    let listed = store.list_templates(&KeyPage::ALL, acme).await.unwrap();
+    assert_eq!(names(listed), ["delta", "omega"]);
 }
 
 fn build(template: &str, started: u64) -> TemplateBuild {
@@ -721,7 +844,7 @@ async fn template_builds_end_once_and_are_trimmed(store: &dyn Store) {
         .append_build_log(&second.build_id, &lines)
         .await
         .unwrap();
-    assert!(store.delete_template("web").await.unwrap());
+    assert!(store.delete_template("web", None).await.unwrap());
     assert_eq!(
         store.list_built_images("w2").await.unwrap(),
         ["svc-templates/web:x"],
@@ -799,18 +922,18 @@ async fn template_pages_are_stable_under_inserts_and_deletes(store: &dyn Store) 
         after: after.map(str::to_owned),
         limit: Some(2),
     };
-    let first = store.list_templates(&page(None)).await.unwrap();
+    let first = store.list_templates(&page(None), None).await.unwrap();
     assert_eq!(names(first), ["a", "b"]);
-    store.delete_template("c").await.unwrap();
+    store.delete_template("c", None).await.unwrap();
     store.insert_template(&template("bb")).await.unwrap();
     store.insert_template(&template("0")).await.unwrap();
-    let second = store.list_templates(&page(Some("b"))).await.unwrap();
+    let second = store.list_templates(&page(Some("b")), None).await.unwrap();
     assert_eq!(
         names(second),
         ["bb", "d"],
         "after b: the new bb, not c (gone)"
     );
-    let last = store.list_templates(&page(Some("d"))).await.unwrap();
+    let last = store.list_templates(&page(Some("d")), None).await.unwrap();
     assert_eq!(names(last), ["e"]);
 }
 
@@ -2325,6 +2448,7 @@ macro_rules! all_cases {
                 expiry_and_purge,
                 pause_and_resume,
                 template_crud,
+                templates_belong_to_tenants,
                 template_builds_end_once_and_are_trimmed,
                 active_images_are_those_of_live_sandboxes,
                 creating_messages_last_until_running,

@@ -160,7 +160,8 @@ pub fn load_config_from_sources(
         }
     }
 
-    let config: Config =
+    let mock_named = mock_named(&tree);
+    let mut config: Config =
         serde_path_to_error::deserialize(Value::Object(tree)).map_err(|error| {
             let key = error.path().to_string();
             let message = error.inner().to_string();
@@ -175,6 +176,17 @@ pub fn load_config_from_sources(
             }
         })?;
 
+    if config.auth.required() && config.providers.mock.enabled && !mock_named {
+        // The mock runs commands as host processes: a server that asks its callers who they
+        // are must not hand each of them the host unless the operator says so (decisions §30).
+        config.providers.mock.enabled = false;
+        warnings.push(
+            "the mock provider is off: authentication is configured and the configuration does not \
+             name it (providers.mock.enabled: true or providers.default: mock)"
+                .to_owned(),
+        );
+    }
+
     let problems = config.validate();
     if !problems.is_empty() {
         return Err(ConfigLoadError::Invalid { problems });
@@ -184,6 +196,17 @@ pub fn load_config_from_sources(
         source: file.map(|(path, _)| path.to_path_buf()),
         warnings,
     })
+}
+
+/// Whether the file or the environment names the mock provider: `providers.mock.enabled: true`
+/// or `providers.default: mock` (the built-in default alone does not).
+fn mock_named(tree: &Map<String, Value>) -> bool {
+    let providers = tree.get("providers");
+    let mock_enabled = providers
+        .and_then(|p| p.get("mock"))
+        .and_then(|m| m.get("enabled"));
+    let default = providers.and_then(|p| p.get("default"));
+    mock_enabled == Some(&Value::Bool(true)) || default.and_then(Value::as_str) == Some("mock")
 }
 
 fn parse_yaml(path: &Path, text: &str) -> Result<Map<String, Value>, ConfigLoadError> {
@@ -446,6 +469,35 @@ mod tests {
         assert_eq!(loaded.config, Config::default());
         assert_eq!(loaded.source, None);
         assert!(loaded.warnings.is_empty());
+    }
+
+    #[test]
+    fn authentication_turns_the_mock_off_unless_the_configuration_names_it() {
+        let keys = "auth:\n  enabled: true\n  api_key: a-key-of-enough-length-0123456789\n";
+        let off = from_yaml(keys, &[]).unwrap();
+        assert!(!off.config.providers.mock.enabled);
+        assert!(
+            off.warnings
+                .iter()
+                .any(|w| w.contains("the mock provider is off")),
+            "{:?}",
+            off.warnings
+        );
+        let named = [
+            from_yaml(
+                &format!("{keys}providers:\n  mock:\n    enabled: true\n"),
+                &[],
+            ),
+            from_yaml(keys, &[("SVC_PROVIDERS__MOCK__ENABLED", "true")]),
+            from_yaml(&format!("{keys}providers:\n  default: mock\n"), &[]),
+        ];
+        for loaded in named {
+            let loaded = loaded.unwrap();
+            assert!(loaded.config.providers.mock.enabled);
+            assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        }
+        // Without authentication the built-in default stands.
+        assert!(from_yaml("", &[]).unwrap().config.providers.mock.enabled);
     }
 
     #[test]

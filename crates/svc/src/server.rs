@@ -172,8 +172,15 @@ async fn serve_e2b(plane: &ControlPlane) -> anyhow::Result<Option<SocketAddr>> {
         let _ = tcp.set_nodelay(true);
     });
     // The client address keys rate-limit buckets, as on the API.
-    let app = svc_e2b::router(plane.clone())
-        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let mut app = svc_e2b::router(plane.clone());
+    // Without authentication, only the allowed hosts reach it, as on the API (decisions §30).
+    if let Some(allowed) = svc_api::hosts::AllowedHosts::for_listener(plane.config(), &e2b.host) {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            allowed,
+            svc_api::hosts::check,
+        ));
+    }
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let shutdown = plane.shutdown_token().clone();
     tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {

@@ -185,6 +185,13 @@ async fn enabled_providers(config: &Config) -> anyhow::Result<(Vec<Arc<dyn Provi
     if providers.is_empty() {
         tracing::warn!("no provider is enabled; every spawn will fail and /ready answers 503");
     }
+    if config.providers.mock.enabled && providers.len() > 1 {
+        tracing::warn!(
+            "the mock provider is enabled beside another: it runs commands as host processes, \
+             with svc's rights, so any caller who may spawn reaches the host; disable it \
+             (providers.mock.enabled: false) outside development"
+        );
+    }
     Ok((providers, default))
 }
 

@@ -209,6 +209,8 @@ class TemplateInfo:
     warm_pool: int = 0
     warm_ready: int = 0
     egress: Egress | None = None
+    #: the owning tenant; ``None`` for a global template (decisions §30)
+    tenant_id: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> TemplateInfo:
@@ -484,6 +486,7 @@ class ChmodFile(TypedDict):
 
 class TemplateSpec(TypedDict, total=False):
     name: str
+    tenant_id: str
     image: str
     memory_mb: int
     vcpus: int

@@ -18,7 +18,9 @@ use super::{paged, PageQuery, StatusBody};
 use crate::extract::{ApiJson, ApiQuery, Caller};
 use crate::{ApiError, ErrorBody};
 
-/// Creates a template; omitted fields take the server defaults.
+/// Creates a template; omitted fields take the server defaults. An OIDC caller's template
+/// belongs to its tenant; an API-key or admin caller's is global unless `tenant_id` names a
+/// tenant (decisions §30).
 #[utoipa::path(operation_id = "create_template", post, path = "/templates", tag = "templates", request_body = TemplateSpec,
     responses((status = 201, description = "Created", body = Template),
         (status = 400, description = "Invalid template", body = ErrorBody),
@@ -34,7 +36,8 @@ async fn create(
     ))
 }
 
-/// Templates, by name, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`).
+/// Templates, by name, a page at a time (`limit`, then `cursor` from `X-Next-Cursor`). An OIDC
+/// caller sees the global templates and its tenant's.
 #[utoipa::path(operation_id = "list_templates", get, path = "/templates", tag = "templates", params(PageQuery),
     responses((status = 200, description = "Templates", body = Vec<Template>, headers(("X-Next-Cursor" = String, description = "The next page's cursor; absent on the last page"))),
         (status = 400, description = "Invalid limit or cursor", body = ErrorBody)))]
@@ -50,7 +53,7 @@ async fn list(
 #[utoipa::path(operation_id = "get_template", get, path = "/templates/{name}", tag = "templates",
     params(("name" = String, Path, description = "Template name")),
     responses((status = 200, description = "The template", body = Template),
-        (status = 404, description = "No such template", body = ErrorBody)))]
+        (status = 404, description = "No such template (or another tenant's)", body = ErrorBody)))]
 async fn get(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
@@ -59,13 +62,14 @@ async fn get(
     Ok(Json(plane.get_template(&principal, &name).await?))
 }
 
-/// Replaces a template's fields.
+/// Replaces a template's fields; its tenant stays. An OIDC caller changes only its tenant's
+/// templates (a global one: 403).
 #[utoipa::path(put, path = "/templates/{name}", tag = "templates",
     params(("name" = String, Path, description = "Template name")),
     request_body = TemplateSpec,
     responses((status = 200, description = "Updated", body = Template),
         (status = 400, description = "Invalid template", body = ErrorBody),
-        (status = 404, description = "No such template", body = ErrorBody)))]
+        (status = 404, description = "No such template (or another tenant's)", body = ErrorBody)))]
 async fn update(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
@@ -79,7 +83,7 @@ async fn update(
 #[utoipa::path(operation_id = "delete_template", delete, path = "/templates/{name}", tag = "templates",
     params(("name" = String, Path, description = "Template name")),
     responses((status = 200, description = "`{\"status\": \"deleted\"}`", body = StatusBody),
-        (status = 404, description = "No such template", body = ErrorBody)))]
+        (status = 404, description = "No such template (or another tenant's)", body = ErrorBody)))]
 async fn delete(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
@@ -95,7 +99,7 @@ async fn delete(
         ("X-User-ID" = Option<String>, Header, description = "Owner")),
     request_body(content = Option<TemplateSpawnRequest>, description = "Optional overrides"),
     responses((status = 201, description = "Running sandbox", body = Sandbox),
-        (status = 404, description = "No such template", body = ErrorBody),
+        (status = 404, description = "No such template (or another tenant's)", body = ErrorBody),
         (status = 429, description = "Quota or capacity exceeded", body = ErrorBody)))]
 async fn spawn(
     State(plane): State<ControlPlane>,
@@ -120,7 +124,7 @@ async fn spawn(
         (Vec<u8> = "application/x-tar")), description = "The Dockerfile and its context"),
     responses((status = 202, description = "Accepted; the build runs", body = BuildAccepted),
         (status = 400, description = "No Dockerfile, or a context entry with an absolute name, a `..` leaving the context or a link pointing outside it (named); no build is recorded", body = ErrorBody),
-        (status = 404, description = "No such template", body = ErrorBody),
+        (status = 404, description = "No such template (or another tenant's)", body = ErrorBody),
         (status = 413, description = "A tar context over `server.max_upload_bytes`", body = ErrorBody)))]
 async fn build(
     State(plane): State<ControlPlane>,
@@ -148,7 +152,7 @@ async fn build(
 #[utoipa::path(operation_id = "list_template_builds", get, path = "/templates/{name}/builds", tag = "templates",
     params(("name" = String, Path, description = "Template name")),
     responses((status = 200, description = "Builds", body = Vec<TemplateBuild>),
-        (status = 404, description = "No such template", body = ErrorBody)))]
+        (status = 404, description = "No such template (or another tenant's)", body = ErrorBody)))]
 async fn builds(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
@@ -162,7 +166,7 @@ async fn builds(
     params(("name" = String, Path, description = "Template name"),
         ("build_id" = String, Path, description = "Build ID")),
     responses((status = 200, description = "The build", body = TemplateBuild),
-        (status = 404, description = "No such template or build", body = ErrorBody)))]
+        (status = 404, description = "No such template (or another tenant's) or build", body = ErrorBody)))]
 async fn get_build(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,
@@ -176,7 +180,7 @@ async fn get_build(
     params(("name" = String, Path, description = "Template name"),
         ("build_id" = String, Path, description = "Build ID")),
     responses((status = 200, description = "Cancelled: the build with `status: \"cancelled\"`", body = TemplateBuild),
-        (status = 404, description = "No such template or build", body = ErrorBody),
+        (status = 404, description = "No such template (or another tenant's) or build", body = ErrorBody),
         (status = 409, description = "The build has already ended", body = ErrorBody)))]
 async fn cancel_build(
     State(plane): State<ControlPlane>,
@@ -201,7 +205,7 @@ struct FollowQuery {
     params(("name" = String, Path, description = "Template name"),
         ("build_id" = String, Path, description = "Build ID"), FollowQuery),
     responses((status = 200, description = "NDJSON lines", content_type = "application/x-ndjson", body = BuildLogLine),
-        (status = 404, description = "No such template or build", body = ErrorBody)))]
+        (status = 404, description = "No such template (or another tenant's) or build", body = ErrorBody)))]
 async fn build_logs(
     State(plane): State<ControlPlane>,
     Caller(principal): Caller,

@@ -115,7 +115,7 @@ impl ControlPlane {
         let mut kept: HashSet<String> = self.store().active_images().await?.into_iter().collect();
         kept.extend(
             self.store()
-                .list_templates(&KeyPage::ALL)
+                .list_templates(&KeyPage::ALL, None)
                 .await?
                 .into_iter()
                 .map(|t| t.image),

@@ -17,6 +17,7 @@ use svc_core::access::Action;
 use svc_core::build::{BuildAccepted, BuildLogLine, BuildStatus, TemplateBuild};
 use svc_core::error::Resource;
 use svc_core::event::{BuildEventData, EventPayload};
+use svc_core::template::Template;
 use svc_core::{BuildId, Error};
 use svc_store::BuildEnding;
 use tokio::sync::{watch, Semaphore};
@@ -147,7 +148,8 @@ impl ControlPlane {
         input: BuildInput,
     ) -> Result<BuildAccepted, Error> {
         self.authorize(principal, Action::WriteTemplates)?;
-        let template = self.template_by_name(name).await?;
+        // A build repoints the template's image: a change like a replace.
+        let template = self.writable_template(principal, name).await?;
         let builder = self
             .inner
             .builder
@@ -200,7 +202,7 @@ impl ControlPlane {
         name: &str,
     ) -> Result<Vec<TemplateBuild>, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
-        let template = self.template_by_name(name).await?;
+        let template = self.visible_template(principal, name).await?;
         // Ended builds are trimmed to KEPT_BUILDS; running ones are bounded by the slots.
         Ok(self
             .store()
@@ -216,11 +218,12 @@ impl ControlPlane {
         build_id: &str,
     ) -> Result<TemplateBuild, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
-        self.build_of(name, build_id).await
+        let template = self.visible_template(principal, name).await?;
+        self.build_of(&template, build_id).await
     }
 
-    async fn build_of(&self, name: &str, build_id: &str) -> Result<TemplateBuild, Error> {
-        let template = self.template_by_name(name).await?;
+    /// Build `build_id` of `template` (read as its caller may see or change it), or 404.
+    async fn build_of(&self, template: &Template, build_id: &str) -> Result<TemplateBuild, Error> {
         let id = parse_build_id(build_id)?;
         self.store()
             .get_build(&template.name, &id)
@@ -237,7 +240,8 @@ impl ControlPlane {
         build_id: &str,
     ) -> Result<TemplateBuild, Error> {
         self.authorize(principal, Action::WriteTemplates)?;
-        let build = self.build_of(name, build_id).await?;
+        let template = self.writable_template(principal, name).await?;
+        let build = self.build_of(&template, build_id).await?;
         let ending = BuildEnding {
             status: BuildStatus::Cancelled,
             image: None,
@@ -249,7 +253,7 @@ impl ControlPlane {
             .end_build(&build.build_id, &ending, KEPT_BUILDS)
             .await?
         else {
-            let ended = self.build_of(name, build_id).await?;
+            let ended = self.build_of(&template, build_id).await?;
             return Err(Error::BuildEnded {
                 id: build_id.to_owned(),
                 status: ended.status.as_str(),
@@ -276,7 +280,8 @@ impl ControlPlane {
         follow: bool,
     ) -> Result<impl Stream<Item = Bytes> + Send + 'static, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
-        let build = self.build_of(name, build_id).await?;
+        let template = self.visible_template(principal, name).await?;
+        let build = self.build_of(&template, build_id).await?;
         let plane = self.clone();
         Ok(log_stream(plane, build, follow))
     }

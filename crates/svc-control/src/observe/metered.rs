@@ -64,6 +64,10 @@ impl Provider for Metered {
         self.inner.default_network()
     }
 
+    fn min_memory_mb(&self) -> u32 {
+        self.inner.min_memory_mb()
+    }
+
     async fn warm_up(&self) {
         self.inner.warm_up().await;
     }

@@ -180,7 +180,7 @@ impl Pool {
         if let Some(existing) = self.store.newest_active_sandbox_of_owner(owner).await? {
             return Err(Error::OwnerHasSandbox {
                 owner: owner.to_owned(),
-                existing: existing.id.to_string(),
+                existing: Some(existing.id.to_string()),
             });
         }
         let reserved = self.seats().reserve(owner, id);
@@ -188,7 +188,7 @@ impl Pool {
             Ok(_) => Ok(()),
             Err(Refusal::Taken { existing }) => Err(Error::OwnerHasSandbox {
                 owner: owner.to_owned(),
-                existing: existing.to_string(),
+                existing: Some(existing.to_string()),
             }),
             Err(Refusal::Full { vms }) => Err(Error::PoolFull {
                 message: format!(

@@ -195,6 +195,10 @@ impl Provider for Pool {
         self.inner.default_network()
     }
 
+    fn min_memory_mb(&self) -> u32 {
+        self.inner.min_memory_mb()
+    }
+
     async fn health(&self) -> Result<(), ProviderError> {
         self.inner.health().await
     }

@@ -97,7 +97,7 @@ impl ControlPlane {
     async fn sync_warm_pools(&self) -> Result<(), Error> {
         let templates = self
             .store()
-            .list_templates(&svc_store::KeyPage::ALL)
+            .list_templates(&svc_store::KeyPage::ALL, None)
             .await?;
         let wanted: BTreeMap<String, (WarmSpec, u32)> = templates
             .into_iter()

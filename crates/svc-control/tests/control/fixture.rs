@@ -371,8 +371,12 @@ impl Store for FaultyStore {
     async fn get_template(&self, name: &str) -> StoreResult<Option<Template>> {
         self.inner.get_template(name).await
     }
-    async fn list_templates(&self, page: &svc_store::KeyPage) -> StoreResult<Vec<Template>> {
-        self.inner.list_templates(page).await
+    async fn list_templates(
+        &self,
+        page: &svc_store::KeyPage,
+        tenant: Option<&str>,
+    ) -> StoreResult<Vec<Template>> {
+        self.inner.list_templates(page, tenant).await
     }
     async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
         self.write("update_template")?;
@@ -382,9 +386,9 @@ impl Store for FaultyStore {
         self.write("set_creating_message")?;
         self.inner.set_creating_message(id, message).await
     }
-    async fn delete_template(&self, name: &str) -> StoreResult<bool> {
+    async fn delete_template(&self, name: &str, tenant_id: Option<&str>) -> StoreResult<bool> {
         self.write("delete_template")?;
-        self.inner.delete_template(name).await
+        self.inner.delete_template(name, tenant_id).await
     }
     async fn insert_build(
         &self,

@@ -86,6 +86,11 @@ impl Default for AuthConfig {
 }
 
 impl AuthConfig {
+    /// True when callers must authenticate: API keys (`auth.enabled`) or OIDC.
+    pub fn required(&self) -> bool {
+        self.enabled || self.oidc_enabled()
+    }
+
     /// OIDC is on when the issuer and a key source (JWKS URL or PEM file) are set (decisions §2).
     pub fn oidc_enabled(&self) -> bool {
         !self.oidc_issuer.is_empty()

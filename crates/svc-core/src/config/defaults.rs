@@ -46,6 +46,10 @@ pub struct DefaultsConfig {
     pub memory_mb: u64,
     /// vCPUs of a spawn that names none.
     pub vcpus: u32,
+    /// Most memory a spawn or template may ask for, in MiB (decisions §30).
+    pub max_memory_mb: u64,
+    /// Most vCPUs a spawn or template may ask for (and never more than the host has).
+    pub max_vcpus: u32,
     /// Longest lifetime a spawn or extend may ask for; `0s` = no ceiling.
     pub max_ttl: GoDuration,
     /// Exec deadline when the request names none; `0s` = no default deadline.
@@ -89,6 +93,8 @@ impl Default for DefaultsConfig {
             ttl: GoDuration::from_secs(30 * 60),
             memory_mb: 512,
             vcpus: 1,
+            max_memory_mb: 16384,
+            max_vcpus: 8,
             max_ttl: GoDuration::from_secs(24 * 60 * 60),
             default_exec_timeout: GoDuration::from_secs(60),
             max_exec_timeout: GoDuration::from_secs(10 * 60),

@@ -12,6 +12,9 @@ pub struct ExecConfig {
     /// The output kept for ended execs, all sandboxes together; beyond it, the oldest ended
     /// execs' output is dropped (reported lost when read).
     pub retained_output_bytes: u64,
+    /// What buffered execs' output may hold in memory, all of them together; an exec whose
+    /// output would pass it keeps what fits and answers `truncated: true` (decisions §30).
+    pub buffered_memory_bytes: u64,
 }
 
 impl Default for ExecConfig {
@@ -19,6 +22,7 @@ impl Default for ExecConfig {
         ExecConfig {
             output_buffer_bytes: 8 * 1024 * 1024,
             retained_output_bytes: 256 * 1024 * 1024,
+            buffered_memory_bytes: 256 * 1024 * 1024,
         }
     }
 }

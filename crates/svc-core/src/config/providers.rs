@@ -108,6 +108,12 @@ pub struct DockerProviderConfig {
     /// Where each sandbox's agent socket directory lives; empty = `svc-agent` under the system
     /// temp dir.
     pub agent_socket_dir: PathBuf,
+    /// Networks a spawn's `network` may name besides `network_mode` (decisions §30): `host`,
+    /// `container:<id>` and any other network only when the operator lists them here.
+    pub allowed_networks: Vec<String>,
+    /// Whether an egress allowlist may name loopback, link-local or unspecified addresses
+    /// (decisions §30); the host's own bridge address stays allowed either way.
+    pub egress_allow_host: bool,
 }
 
 /// `providers.docker.agent`.
@@ -162,6 +168,8 @@ impl Default for DockerProviderConfig {
             agent: DockerAgentMode::Auto,
             agent_path: PathBuf::new(),
             agent_socket_dir: PathBuf::new(),
+            allowed_networks: Vec::new(),
+            egress_allow_host: false,
         }
     }
 }

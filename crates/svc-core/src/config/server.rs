@@ -28,6 +28,10 @@ pub struct ServerConfig {
     pub max_upload_bytes: u64,
     /// Serves the web console at `/ui` (decisions §21); when false, `/ui` is 404.
     pub ui_enabled: bool,
+    /// With no authentication configured, the only `Host` names (any port) a request may carry,
+    /// besides `server.host` and the hosts under `server.preview_domain`; `*` allows any
+    /// (decisions §30: a web page reaching a server by DNS rebinding carries its own name).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +45,11 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024 * 1024,
             max_upload_bytes: 0,
             ui_enabled: true,
+            allowed_hosts: vec![
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+                "[::1]".to_owned(),
+            ],
         }
     }
 }

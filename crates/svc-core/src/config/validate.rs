@@ -230,6 +230,28 @@ impl Config {
         p.non_empty(&defaults.image, "defaults.image");
         p.at_least_one(defaults.memory_mb, "defaults.memory_mb");
         p.at_least_one(u64::from(defaults.vcpus), "defaults.vcpus");
+        p.at_least_one(defaults.max_memory_mb, "defaults.max_memory_mb");
+        p.at_least_one(u64::from(defaults.max_vcpus), "defaults.max_vcpus");
+        p.check(
+            defaults.memory_mb <= defaults.max_memory_mb,
+            "defaults.memory_mb",
+            || {
+                format!(
+                    "must not exceed defaults.max_memory_mb ({})",
+                    defaults.max_memory_mb
+                )
+            },
+        );
+        p.check(
+            defaults.vcpus <= defaults.max_vcpus,
+            "defaults.vcpus",
+            || {
+                format!(
+                    "must not exceed defaults.max_vcpus ({})",
+                    defaults.max_vcpus
+                )
+            },
+        );
         if !defaults.max_ttl.is_zero() {
             p.check(defaults.ttl <= defaults.max_ttl, "defaults.ttl", || {
                 format!(

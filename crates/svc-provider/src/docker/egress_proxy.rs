@@ -36,6 +36,8 @@ pub(super) type Lookup =
 /// The listeners (one per gateway address) and the sandboxes they serve.
 pub(super) struct EgressProxy {
     port: u16,
+    /// `providers.docker.egress_allow_host`.
+    allow_host: bool,
     sandboxes: Arc<Mutex<HashMap<IpAddr, Egress>>>,
     /// Which address each registered container has, to forget it on removal.
     addresses: Mutex<HashMap<String, IpAddr>>,
@@ -51,9 +53,10 @@ impl Drop for EgressProxy {
 }
 
 impl EgressProxy {
-    pub(super) fn new(port: u16) -> Self {
+    pub(super) fn new(port: u16, allow_host: bool) -> Self {
         EgressProxy {
             port,
+            allow_host,
             sandboxes: Arc::default(),
             addresses: Mutex::default(),
             listeners: tokio::sync::Mutex::default(),
@@ -81,6 +84,7 @@ impl EgressProxy {
             ))
         })?;
         let sandboxes = Arc::clone(&self.sandboxes);
+        let allow_host = self.allow_host;
         listeners.insert(
             gateway,
             tokio::spawn(async move {
@@ -88,7 +92,7 @@ impl EgressProxy {
                     let (sandboxes, lookup) = (Arc::clone(&sandboxes), Arc::clone(&lookup));
                     tokio::spawn(async move {
                         let egress = known(&sandboxes, peer.ip(), &lookup).await;
-                        if let Err(err) = serve(stream, egress).await {
+                        if let Err(err) = serve(stream, egress, allow_host).await {
                             tracing::debug!(peer = %peer, error = %err, "egress proxy connection ended");
                         }
                     });
@@ -250,7 +254,11 @@ fn server_name(record: &[u8]) -> Option<String> {
 }
 
 /// A redirected TLS connection: admitted by its SNI, connected to that name on 443.
-async fn serve_tls(mut client: TcpStream, egress: &Egress) -> std::io::Result<()> {
+async fn serve_tls(
+    mut client: TcpStream,
+    egress: &Egress,
+    allow_host: bool,
+) -> std::io::Result<()> {
     let mut record = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     let name = loop {
@@ -275,7 +283,7 @@ async fn serve_tls(mut client: TcpStream, egress: &Egress) -> std::io::Result<()
         // Nothing to answer in TLS's own terms; closing fails the handshake at once.
         return Ok(());
     };
-    let mut upstream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect((name.as_str(), 443)))
+    let mut upstream = tokio::time::timeout(IO_TIMEOUT, connect_checked(&name, 443, allow_host))
         .await
         .map_err(|_| std::io::Error::other("no answer in time"))??;
     upstream.write_all(&record).await?;
@@ -283,7 +291,40 @@ async fn serve_tls(mut client: TcpStream, egress: &Egress) -> std::io::Result<()
     Ok(())
 }
 
-async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result<()> {
+/// Connects to the first address of `host:port` a sandbox may reach. The name is resolved here
+/// and every address checked, so a name that resolves to the host's own addresses, now or after
+/// the spawn's check, is refused (no DNS rebinding; decisions §30).
+async fn connect_checked(host: &str, port: u16, allow_host: bool) -> std::io::Result<TcpStream> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut refused = false;
+    let mut last = None;
+    for address in tokio::net::lookup_host((host, port)).await? {
+        if !allow_host && svc_core::egress::is_host_only(address.ip()) {
+            refused = true;
+            continue;
+        }
+        match TcpStream::connect(address).await {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = Some(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        if refused {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "it resolves to the host's own addresses (loopback, link-local or unspecified)",
+            )
+        } else {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "the name has no address")
+        }
+    }))
+}
+
+async fn serve(
+    mut client: TcpStream,
+    egress: Option<Egress>,
+    allow_host: bool,
+) -> std::io::Result<()> {
     let Some(egress) = egress else {
         return answer(
             &mut client,
@@ -297,7 +338,7 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
         .await
         .map_err(|_| std::io::Error::other("nothing sent in time"))??;
     if peeked == 1 && first[0] == 0x16 {
-        return serve_tls(client, &egress).await;
+        return serve_tls(client, &egress, allow_host).await;
     }
     let (head, end) = read_head(&mut client).await?;
     let text = String::from_utf8_lossy(&head[..end]).into_owned();
@@ -349,10 +390,17 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
         )
         .await;
     }
-    let upstream =
-        tokio::time::timeout(IO_TIMEOUT, TcpStream::connect((host.as_str(), port))).await;
+    let upstream = tokio::time::timeout(IO_TIMEOUT, connect_checked(&host, port, allow_host)).await;
     let mut upstream = match upstream {
         Ok(Ok(stream)) => stream,
+        Ok(Err(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+            return answer(
+                &mut client,
+                "403 Forbidden",
+                &format!("egress to {host}:{port} is not allowed: {err}\n"),
+            )
+            .await;
+        }
         Ok(Err(err)) => {
             return answer(
                 &mut client,
@@ -389,6 +437,23 @@ async fn serve(mut client: TcpStream, egress: Option<Egress>) -> std::io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The proxy checks the address it connects to, after its own resolution: a name that
+    /// resolves to loopback is refused even with a listener there, unless the host is allowed.
+    #[tokio::test]
+    async fn names_resolving_to_the_host_are_refused_after_resolution() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        for host in ["localhost", "127.0.0.1", "[::ffff:127.0.0.1]"] {
+            let refused = connect_checked(host, port, false).await.unwrap_err();
+            assert_eq!(
+                refused.kind(),
+                std::io::ErrorKind::PermissionDenied,
+                "{host}: {refused}"
+            );
+        }
+        connect_checked("127.0.0.1", port, true).await.unwrap();
+    }
 
     #[test]
     fn authorities_split_into_host_and_port() {

@@ -145,7 +145,10 @@ impl DockerProvider {
         let (failed, failures) = tokio::sync::mpsc::unbounded_channel();
         let provider = DockerProvider {
             client: std::sync::RwLock::new(None),
-            egress_proxy: egress_proxy::EgressProxy::new(config.egress_proxy_port),
+            egress_proxy: egress_proxy::EgressProxy::new(
+                config.egress_proxy_port,
+                config.egress_allow_host,
+            ),
             config,
             endpoint,
             gates: gate::Gates::default(),
@@ -587,6 +590,7 @@ impl DockerProvider {
 
     async fn spawn_inner(&self, spec: &SpawnSpec, name: &str) -> Result<bool, ProviderError> {
         let docker = self.client().await?;
+        check_network_exists(&docker, spec.network.as_deref()).await?;
         let pulled = self
             .ensure_image(&docker, &spec.image, &spec.progress)
             .await?;
@@ -687,6 +691,11 @@ impl Provider for DockerProvider {
 
     fn capabilities(&self) -> &'static [Capability] {
         CAPABILITIES
+    }
+
+    fn min_memory_mb(&self) -> u32 {
+        // The engine refuses a memory limit below 6 MB.
+        6
     }
 
     fn default_network(&self) -> String {
@@ -1317,4 +1326,31 @@ async fn egress_of_address(
         }
         serde_json::from_str(container.labels?.get(egress_proxy::LABEL_EGRESS)?).ok()
     })
+}
+
+/// A named network the engine does not have is the caller's mistake (400 naming `network`),
+/// found before anything is created; the engine's own modes need no look.
+async fn check_network_exists(docker: &Docker, network: Option<&str>) -> Result<(), ProviderError> {
+    let Some(network) = network else {
+        return Ok(());
+    };
+    if matches!(network, "bridge" | "host" | "none" | "default")
+        || network.starts_with("container:")
+    {
+        return Ok(());
+    }
+    match docker
+        .inspect_network(
+            network,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if status_of(&err) == Some(404) => Err(ProviderError::InvalidField {
+            field: "network",
+            message: format!("network {network:?} does not exist on the Docker engine"),
+        }),
+        Err(err) => Err(engine_error(&format!("inspecting network {network}"), &err)),
+    }
 }

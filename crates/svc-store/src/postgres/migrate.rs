@@ -44,6 +44,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/postgres/0010_built_images.sql"),
     ),
+    (
+        11,
+        include_str!("../../migrations/postgres/0011_template_tenants.sql"),
+    ),
 ];
 
 /// The advisory lock migrations take, database-wide ("svcmigr" in ASCII).

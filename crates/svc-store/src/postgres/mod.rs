@@ -601,7 +601,7 @@ impl Store for PgStore {
             OP,
             &format!(
                 "INSERT INTO templates ({TEMPLATE_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             &params(&row.values()),
             ("template", &row.name),
@@ -623,19 +623,20 @@ impl Store for PgStore {
         .transpose()
     }
 
-    async fn list_templates(&self, page: &KeyPage) -> StoreResult<Vec<Template>> {
+    async fn list_templates(
+        &self,
+        page: &KeyPage,
+        tenant: Option<&str>,
+    ) -> StoreResult<Vec<Template>> {
         const OP: &str = "list_templates";
         let client = self.client(OP).await?;
-        fetch_all(
-            &client,
-            OP,
-            &format!(
-                "SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name > $1 ORDER BY name LIMIT $2"
-            ),
-            &[&page.after(), &page.pg_limit()],
-            TemplateRow::into_domain,
-        )
-        .await
+        let (after, limit) = (page.after(), page.pg_limit());
+        let sql = rows::template_list_sql('$', tenant.is_some());
+        let bound: Vec<&(dyn ToSql + Sync)> = match &tenant {
+            None => vec![&after, &limit],
+            Some(tenant) => vec![&after, &limit, tenant],
+        };
+        fetch_all(&client, OP, &sql, &bound, TemplateRow::into_domain).await
     }
 
     async fn update_template(&self, template: &Template) -> StoreResult<Option<Template>> {
@@ -651,7 +652,8 @@ impl Store for PgStore {
             OP,
             &format!(
                 "UPDATE templates SET image = $2, memory_mb = $3, vcpus = $4, ttl_nanos = $5, \
-                 provider = $6, metadata = $7, updated_at = $8, warm_pool = $9, egress = $10 WHERE name = $1 \
+                 provider = $6, metadata = $7, updated_at = $8, warm_pool = $9, egress = $10 \
+                 WHERE name = $1 AND tenant_id IS NOT DISTINCT FROM $11 \
                  RETURNING {TEMPLATE_COLUMNS}"
             ),
             &bound,
@@ -661,12 +663,21 @@ impl Store for PgStore {
         .transpose()
     }
 
-    async fn delete_template(&self, name: &str) -> StoreResult<bool> {
+    async fn delete_template(&self, name: &str, tenant_id: Option<&str>) -> StoreResult<bool> {
         const OP: &str = "delete_template";
         let mut client = self.client(OP).await?;
         let tx = client.transaction().await.map_err(backend(OP))?;
-        let deleted = execute(&tx, OP, "DELETE FROM templates WHERE name = $1", &[&name]).await?;
-        builds::delete_of_template(&tx, name).await?;
+        let deleted = execute(
+            &tx,
+            OP,
+            "DELETE FROM templates WHERE name = $1 AND tenant_id IS NOT DISTINCT FROM $2",
+            &[&name, &tenant_id],
+        )
+        .await?;
+        // Another tenant's template of that name keeps its builds.
+        if deleted > 0 {
+            builds::delete_of_template(&tx, name).await?;
+        }
         tx.commit().await.map_err(backend(OP))?;
         Ok(deleted > 0)
     }

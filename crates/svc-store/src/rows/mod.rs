@@ -24,7 +24,8 @@ pub(crate) use builds::{BuildRow, BUILD_COLUMNS};
 pub(crate) use execs::{decode_exec, exec_values, EXEC_COLUMNS};
 pub(crate) use quotas::{AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
 pub(crate) use sandboxes::{
-    SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT, TEMPLATE_COLUMNS,
+    template_list_sql, SandboxRow, TemplateRow, SANDBOX_COLUMNS, SANDBOX_COLUMN_COUNT,
+    TEMPLATE_COLUMNS,
 };
 pub(crate) use tenants::{
     decode_role, MemberRow, PolicyRow, TenantRow, MEMBER_COLUMNS, POLICY_COLUMNS, TENANT_COLUMNS,
@@ -216,7 +217,7 @@ mod tests {
     fn a_stored_row_lists_its_fields_as_columns_in_order() {
         assert_eq!(
             TEMPLATE_COLUMNS,
-            "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at, warm_pool, egress"
+            "name, image, memory_mb, vcpus, ttl_nanos, provider, metadata, created_at, updated_at, warm_pool, egress, tenant_id"
         );
         assert_eq!(SANDBOX_COLUMN_COUNT, 23);
         assert_eq!(

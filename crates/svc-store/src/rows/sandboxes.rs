@@ -133,6 +133,7 @@ stored_row! {
         updated_at: i64,
         warm_pool: i64,
         egress: String,
+        tenant_id: Option<String>,
     }
 }
 
@@ -151,6 +152,7 @@ impl TemplateRow {
             updated_at: micros(template.updated_at),
             warm_pool: i64::from(template.warm_pool),
             egress: encode_egress(&template.egress)?,
+            tenant_id: template.tenant_id.clone(),
         })
     }
 
@@ -171,9 +173,27 @@ impl TemplateRow {
             warm_pool: as_u32(E, &key, self.warm_pool)?,
             egress: decode_egress(E, &key, &self.egress)?,
             warm_ready: 0,
+            tenant_id: self.tenant_id,
             name: self.name,
         })
     }
+}
+
+/// The template listing of both backends (parameter marks `mark`: `?` or `$`): a page by name
+/// of every template, or (`of_tenant`) of the global ones and one tenant's (decisions §30).
+/// Parameters: the name the page starts after, the limit, then the tenant. Names are unique
+/// across tenants, so either list walks the primary key in name order; the tenant is a filter
+/// on that walk, not an optional one (`(? IS NULL OR ...)`, which no plan serves well).
+pub(crate) fn template_list_sql(mark: char, of_tenant: bool) -> String {
+    let tenant = if of_tenant {
+        format!(" AND (tenant_id IS NULL OR tenant_id = {mark}3)")
+    } else {
+        String::new()
+    };
+    format!(
+        "SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name > {mark}1{tenant} \
+         ORDER BY name LIMIT {mark}2"
+    )
 }
 
 fn encode_egress(egress: &svc_core::egress::Egress) -> StoreResult<String> {

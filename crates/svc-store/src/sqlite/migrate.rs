@@ -69,6 +69,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         16,
         include_str!("../../migrations/sqlite/0016_built_images.sql"),
     ),
+    (
+        17,
+        include_str!("../../migrations/sqlite/0017_template_tenants.sql"),
+    ),
 ];
 
 pub(super) fn latest_version() -> i64 {

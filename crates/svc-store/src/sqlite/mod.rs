@@ -635,7 +635,7 @@ impl Store for SqliteStore {
         self.connections
             .write("insert_template", move |conn| {
                 conn.execute(
-                    &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+                    &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                     row.values(),
                 )
                 .map_err(codec::conflict_or_backend("insert_template", "template", &row.name))?;
@@ -661,19 +661,27 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_templates(&self, page: &KeyPage) -> StoreResult<Vec<Template>> {
+    async fn list_templates(
+        &self,
+        page: &KeyPage,
+        tenant: Option<&str>,
+    ) -> StoreResult<Vec<Template>> {
+        const OP: &str = "list_templates";
         let (after, limit) = (page.after().to_owned(), page.sqlite_limit());
+        let tenant = tenant.map(str::to_owned);
         self.connections
-            .read("list_templates", move |conn| {
+            .read(OP, move |conn| {
                 let mut stmt = conn
-                    .prepare_cached(&format!(
-                        "SELECT {TEMPLATE_COLUMNS} FROM templates WHERE name > ?1 ORDER BY name LIMIT ?2"
-                    ))
-                    .map_err(codec::backend("list_templates"))?;
-                let rows = stmt
-                    .query_map(rusqlite::params![after, limit], read::<TemplateRow>)
-                    .map_err(codec::backend("list_templates"))?;
-                collect("list_templates", rows, TemplateRow::into_domain)
+                    .prepare_cached(&rows::template_list_sql('?', tenant.is_some()))
+                    .map_err(codec::backend(OP))?;
+                let rows = match &tenant {
+                    None => stmt.query_map(params![after, limit], read::<TemplateRow>),
+                    Some(tenant) => {
+                        stmt.query_map(params![after, limit, tenant], read::<TemplateRow>)
+                    }
+                }
+                .map_err(codec::backend(OP))?;
+                collect(OP, rows, TemplateRow::into_domain)
             })
             .await
     }
@@ -685,7 +693,8 @@ impl Store for SqliteStore {
                 conn.query_row(
                     &format!(
                         "UPDATE templates SET image = ?2, memory_mb = ?3, vcpus = ?4, ttl_nanos = ?5, \
-                         provider = ?6, metadata = ?7, updated_at = ?9, warm_pool = ?10, egress = ?11 WHERE name = ?1 \
+                         provider = ?6, metadata = ?7, updated_at = ?9, warm_pool = ?10, egress = ?11 \
+                         WHERE name = ?1 AND tenant_id IS ?12 \
                          RETURNING {TEMPLATE_COLUMNS}"
                     ),
                     row.values(),
@@ -699,16 +708,22 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn delete_template(&self, name: &str) -> StoreResult<bool> {
-        let name = name.to_owned();
+    async fn delete_template(&self, name: &str, tenant_id: Option<&str>) -> StoreResult<bool> {
+        let (name, tenant) = (name.to_owned(), tenant_id.map(str::to_owned));
         self.connections
             .write("delete_template", move |conn| {
                 const OP: &str = "delete_template";
                 let tx = conn.transaction().map_err(codec::backend(OP))?;
                 let deleted = tx
-                    .execute("DELETE FROM templates WHERE name = ?1", [&name])
+                    .execute(
+                        "DELETE FROM templates WHERE name = ?1 AND tenant_id IS ?2",
+                        params![name, tenant],
+                    )
                     .map_err(codec::backend(OP))?;
-                builds::delete_of_template(&tx, &name)?;
+                // Another tenant's template of that name keeps its builds.
+                if deleted > 0 {
+                    builds::delete_of_template(&tx, &name)?;
+                }
                 tx.commit().map_err(codec::backend(OP))?;
                 Ok(deleted > 0)
             })
@@ -1248,6 +1263,35 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         detail.join("\n")
+    }
+
+    /// A page of templates, of every tenant or of one (the global ones and its own), walks the
+    /// primary key from the page's start in name order: no sort, and no index of its own
+    /// (names are unique across tenants).
+    #[tokio::test]
+    async fn template_pages_walk_the_names_in_order() {
+        let store = SqliteStore::open(":memory:").await.unwrap();
+        let plans = store
+            .connections
+            .read("explain", |conn| {
+                let every = rows::template_list_sql('?', false);
+                let of_tenant = rows::template_list_sql('?', true);
+                Ok([
+                    plan(conn, &every, &[&"b", &101_i64]),
+                    plan(conn, &of_tenant, &[&"b", &101_i64, &"acme"]),
+                ])
+            })
+            .await
+            .unwrap();
+        for plan in plans {
+            assert!(
+                plan.starts_with(
+                    "SEARCH templates USING INDEX sqlite_autoindex_templates_1 (name>?)"
+                ),
+                "{plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
     }
 
     /// Every page of `GET /sandboxes` seeks an index ending in `(created_at, id)` to its start

@@ -960,6 +960,33 @@ async fn a_build_from_an_image_it_must_pull_shows_the_pulled_bytes() {
         .await;
 }
 
+/// An HTTP server on the host that answers 503 until the returned flag is set, then 200: a
+/// gate a build step can wait at.
+async fn gate() -> (u16, Arc<AtomicBool>) {
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let opened = Arc::new(AtomicBool::new(false));
+    let open = Arc::clone(&opened);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let status = if open.load(Ordering::SeqCst) {
+                "200 OK"
+            } else {
+                "503 Closed"
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer).await;
+                let response =
+                    format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (port, opened)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builds_past_the_concurrency_bound_wait_their_turn() {
     let Some(docker) = engine().await else {
@@ -973,14 +1000,32 @@ async fn builds_past_the_concurrency_bound_wait_their_turn() {
     .await;
     template(&server, "first").await;
     template(&server, "second").await;
-    let slow = |marker: &str| {
-        format!(
-            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN sleep 1 && echo {marker}\n",
+    // The first build holds its slot until the test opens a gate (its step waits for an HTTP
+    // answer from the host), so the second is accepted while the first runs, however slow or
+    // fast the machine.
+    let gateway = crate::docker::bridge_gateway(&docker).await;
+    let (gate, opened) = gate().await;
+    let first = start(
+        &server,
+        "first",
+        &format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN until wget -q -O /dev/null http://{gateway}:{gate}/; do sleep 0.2; done && echo first-done\n",
             nonce()
-        )
-    };
-    let first = start(&server, "first", &slow("first-done"), json!({})).await;
-    let second = start(&server, "second", &slow("second-done"), json!({})).await;
+        ),
+        json!({}),
+    )
+    .await;
+    let second = start(
+        &server,
+        "second",
+        &format!(
+            "FROM {IMAGE}\nENV SVC_TEST_NONCE={}\nRUN echo second-done\n",
+            nonce()
+        ),
+        json!({}),
+    )
+    .await;
+    opened.store(true, Ordering::SeqCst);
     assert_eq!(
         build_record(&server, "second", &second).await["status"],
         "running",

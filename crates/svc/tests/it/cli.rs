@@ -245,6 +245,8 @@ pub(crate) fn serve_in(dir: &std::path::Path, port: u16) -> Command {
         .current_dir(dir)
         .env("SVC_SERVER__PORT", port.to_string())
         .env("SVC_PROVIDERS__MOCK__ROOT_DIR", dir.join("mock"))
+        // Named, so it stays on when a test turns authentication on (decisions §30).
+        .env("SVC_PROVIDERS__MOCK__ENABLED", "true")
         .env("SVC_PROVIDERS__DOCKER__ENABLED", "false")
         .stderr(log);
     command

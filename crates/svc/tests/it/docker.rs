@@ -68,12 +68,14 @@ fn static_agent() -> Option<PathBuf> {
 }
 
 /// A server whose docker sandboxes take the engine path.
-async fn docker_server(adjust: impl FnOnce(&mut Config)) -> Option<(TestServer, Docker)> {
+pub(crate) async fn docker_server(
+    adjust: impl FnOnce(&mut Config),
+) -> Option<(TestServer, Docker)> {
     docker_server_on(ExecPath::Engine, adjust).await
 }
 
 /// A server whose docker sandboxes take `path`.
-async fn docker_server_on(
+pub(crate) async fn docker_server_on(
     path: ExecPath,
     adjust: impl FnOnce(&mut Config),
 ) -> Option<(TestServer, Docker)> {
@@ -118,7 +120,7 @@ fn container(id: &str) -> String {
 
 /// Removes the containers of every sandbox the server knows (shutdown leaves them running by
 /// design) with their agent socket directories, then shuts the server down.
-async fn finish(server: TestServer, docker: &Docker) {
+pub(crate) async fn finish(server: TestServer, docker: &Docker) {
     for id in server.listed_ids("?state=all").await {
         if let Ok(inspect) = docker.inspect_container(&container(&id), None).await {
             let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
@@ -1365,7 +1367,7 @@ fn client_hello(name: &str) -> Vec<u8> {
 }
 
 /// The host as containers on the default bridge reach it.
-async fn bridge_gateway(docker: &Docker) -> String {
+pub(crate) async fn bridge_gateway(docker: &Docker) -> String {
     let network = docker
         .inspect_network(
             "bridge",
@@ -1396,8 +1398,13 @@ async fn docker_egress_allowlist_and_none() {
         .local_addr()
         .unwrap()
         .port();
-    let Some((server, docker)) =
-        docker_server(|c| c.providers.docker.egress_proxy_port = proxy_port).await
+    // The host's own services stand in for the world here, so the operator opens the host on
+    // purpose (decisions §30; without it these entries are refused, tests/it/isolation.rs).
+    let Some((server, docker)) = docker_server(|c| {
+        c.providers.docker.egress_proxy_port = proxy_port;
+        c.providers.docker.egress_allow_host = true;
+    })
+    .await
     else {
         return;
     };

@@ -231,6 +231,14 @@ impl Idp {
         self.keys.push((kid.to_owned(), key));
     }
 
+    /// Takes key `kid` out of the JWKS (the key stays here, to sign with).
+    pub fn withdraw(&self, kid: &str) {
+        self.published.lock().unwrap()["keys"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|jwk| jwk["kid"] != kid);
+    }
+
     pub fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
     }

@@ -13,29 +13,35 @@ use svc_core::GoDuration;
 use crate::harness::{wait_for, Reply, TestServer};
 
 /// Users as a pool sees them: every call names its user.
-struct Users<'a> {
-    server: &'a TestServer,
+pub(crate) struct Users<'a> {
+    pub(crate) server: &'a TestServer,
 }
 
 impl Users<'_> {
-    async fn call(&self, user: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
+    pub(crate) async fn call(
+        &self,
+        user: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Reply {
         self.server
             .call_as(&[("X-User-ID", user)], method, path, body)
             .await
     }
 
-    async fn spawn(&self, user: &str) -> Reply {
+    pub(crate) async fn spawn(&self, user: &str) -> Reply {
         self.call(user, Method::POST, "/sandboxes", Some(json!({})))
             .await
     }
 
-    async fn spawned(&self, user: &str) -> String {
+    pub(crate) async fn spawned(&self, user: &str) -> String {
         let reply = self.spawn(user).await;
         assert_eq!(reply.status, 201, "{user}: {}", reply.body);
         reply.body["id"].as_str().unwrap().to_owned()
     }
 
-    async fn exec(&self, user: &str, id: &str, command: &str) -> Reply {
+    pub(crate) async fn exec(&self, user: &str, id: &str, command: &str) -> Reply {
         self.call(
             user,
             Method::POST,
@@ -98,7 +104,7 @@ async fn status(server: &TestServer) -> Value {
     reply.body
 }
 
-fn pool(c: &mut Config, max_vms: u32, max_users: u32) {
+pub(crate) fn pool(c: &mut Config, max_vms: u32, max_users: u32) {
     c.pool.enabled = true;
     c.pool.max_vms = max_vms;
     c.pool.max_users_per_vm = max_users;
@@ -107,7 +113,7 @@ fn pool(c: &mut Config, max_vms: u32, max_users: u32) {
 
 /// The mock's workspaces must be reachable by their users: the test's temp directory is
 /// private to root.
-async fn mock_pool(adjust: impl FnOnce(&mut Config)) -> TestServer {
+pub(crate) async fn mock_pool(adjust: impl FnOnce(&mut Config)) -> TestServer {
     let server = TestServer::start_with(|c| {
         c.providers.default = "mock".into();
         adjust(c);

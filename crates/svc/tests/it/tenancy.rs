@@ -718,3 +718,398 @@ async fn cors_preflight_is_answered_for_allowed_origins_only() {
         assert!(exposed.contains(name), "{name} is not exposed: {exposed}");
     }
 }
+
+const API_KEY: &str = "tenancy-api-key-0123456789abcdef";
+
+/// A server taking the API key, the admin API key and bearer tokens, with tenants `acme` and
+/// `globex` created.
+async fn template_server(idp: &Idp) -> TestServer {
+    let server = TestServer::start_with(|c| {
+        idp.configure(c);
+        c.auth.enabled = true;
+        c.auth.api_key = svc_core::config::Secret::new(API_KEY);
+        c.auth.admin_api_key = svc_core::config::Secret::new(ADMIN_KEY);
+    })
+    .await;
+    create_tenant(&server, "acme").await;
+    create_tenant(&server, "globex").await;
+    server
+}
+
+async fn api_key(server: &TestServer, method: Method, path: &str, body: Option<Value>) -> Reply {
+    server
+        .call_as(&[("X-API-Key", API_KEY)], method, path, body)
+        .await
+}
+
+/// The names of `GET /templates` for `token`'s caller.
+async fn template_names(server: &TestServer, token: &str) -> Vec<String> {
+    let reply = call_with(server, token, Method::GET, "/templates", None).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            crate::harness::assert_schema("Template", t);
+            t["name"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Decisions §30: a template made by an OIDC caller is its tenant's, and to another tenant's
+/// callers it does not exist: reading, replacing, deleting and building it is 404, exactly as
+/// for a missing one, and it stays as it was (the probe that found this: globex's operator
+/// pointed acme's template at an image of its own, and acme's next spawn ran it).
+#[tokio::test]
+async fn another_tenants_template_is_not_found() {
+    let idp = Idp::start().await;
+    let server = template_server(&idp).await;
+    let alice = idp.token("alice", &["operators"], Some("acme"));
+    let gary = idp.token("gary", &["operators"], Some("globex"));
+    let created = call_with(
+        &server,
+        &alice,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "acme-py", "image": "docker.io/library/alpine:3"})),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    crate::harness::assert_schema("Template", &created.body);
+    assert_eq!(created.body["tenant_id"], "acme", "{}", created.body);
+    let own = call_with(
+        &server,
+        &gary,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "globex-py"})),
+    )
+    .await;
+    assert_eq!(own.status, 201, "{}", own.body);
+    assert_eq!(own.body["tenant_id"], "globex");
+
+    let missing = call_with(&server, &gary, Method::GET, "/templates/nope", None)
+        .await
+        .assert_error(404, "not_found");
+    let attempts: Vec<(Method, &str, Option<Value>)> = vec![
+        (Method::GET, "/templates/acme-py", None),
+        (
+            Method::PUT,
+            "/templates/acme-py",
+            Some(json!({"image": "ghcr.io/globex/payload:1"})),
+        ),
+        (Method::DELETE, "/templates/acme-py", None),
+        (
+            Method::POST,
+            "/templates/acme-py/build",
+            Some(json!({"dockerfile": "FROM ghcr.io/globex/payload:1"})),
+        ),
+        (Method::GET, "/templates/acme-py/builds", None),
+        (
+            Method::GET,
+            "/templates/acme-py/builds/bd-0123456789abcdef",
+            None,
+        ),
+    ];
+    for (method, path, body) in attempts {
+        let message = call_with(&server, &gary, method.clone(), path, body)
+            .await
+            .assert_error(404, "not_found");
+        if path == "/templates/acme-py" {
+            assert_eq!(
+                message,
+                missing.replace("nope", "acme-py"),
+                "{method} {path}: the same answer as for a missing template"
+            );
+        }
+    }
+    // Unchanged, to its own tenant and to the API key.
+    for reply in [
+        call_with(&server, &alice, Method::GET, "/templates/acme-py", None).await,
+        api_key(&server, Method::GET, "/templates/acme-py", None).await,
+    ] {
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.body, created.body);
+    }
+    assert_eq!(template_names(&server, &gary).await, ["globex-py"]);
+    assert_eq!(template_names(&server, &alice).await, ["acme-py"]);
+    let every = api_key(&server, Method::GET, "/templates", None).await;
+    assert_eq!(every.body.as_array().unwrap().len(), 2, "{}", every.body);
+    // Its own tenant still may change it.
+    let replaced = call_with(
+        &server,
+        &alice,
+        Method::PUT,
+        "/templates/acme-py",
+        Some(json!({"image": "docker.io/library/alpine:3.20"})),
+    )
+    .await;
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    assert_eq!(
+        replaced.body["tenant_id"], "acme",
+        "a replace keeps the tenant"
+    );
+    assert_eq!(
+        call_with(&server, &alice, Method::DELETE, "/templates/acme-py", None)
+            .await
+            .status,
+        200
+    );
+}
+
+/// Decisions §30: global templates (no tenant) are what API-key and admin callers make unless
+/// the body names a tenant; every tenant sees them, none may change them (403). Names are
+/// unique across tenants; `tenant_id` names only the caller's own tenant (OIDC) or an existing
+/// one, and a replace keeps it. Viewers change nothing; without credentials nothing answers.
+#[tokio::test]
+async fn global_templates_are_read_only_to_tenants() {
+    let idp = Idp::start().await;
+    let server = template_server(&idp).await;
+    let alice = idp.token("alice", &["operators"], Some("acme"));
+    let gary = idp.token("gary", &["operators"], Some("globex"));
+    let vera = idp.token("vera", &["viewers"], Some("acme"));
+
+    let shared = api_key(
+        &server,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "shared", "image": "docker.io/library/alpine:3"})),
+    )
+    .await;
+    assert_eq!(shared.status, 201, "{}", shared.body);
+    assert_eq!(shared.body["tenant_id"], Value::Null, "{}", shared.body);
+    crate::harness::assert_schema("Template", &shared.body);
+    let by_admin = admin(
+        &server,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "admin-global"})),
+    )
+    .await;
+    assert_eq!(by_admin.body["tenant_id"], Value::Null, "{}", by_admin.body);
+    let named = admin(
+        &server,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "acme-lib", "tenant_id": "acme"})),
+    )
+    .await;
+    assert_eq!(named.status, 201, "{}", named.body);
+    assert_eq!(named.body["tenant_id"], "acme");
+    let message = api_key(
+        &server,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "lost", "tenant_id": "nowhere"})),
+    )
+    .await
+    .assert_error(400, "bad_request");
+    assert!(message.starts_with("tenant_id"), "{message}");
+
+    // Every tenant sees the global ones and its own.
+    assert_eq!(
+        template_names(&server, &gary).await,
+        ["admin-global", "shared"]
+    );
+    assert_eq!(
+        template_names(&server, &alice).await,
+        ["acme-lib", "admin-global", "shared"]
+    );
+    let got = call_with(&server, &gary, Method::GET, "/templates/shared", None).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+
+    // No tenant changes a global template.
+    for (method, path, body) in [
+        (
+            Method::PUT,
+            "/templates/shared",
+            Some(json!({"image": "ghcr.io/globex/payload:1"})),
+        ),
+        (Method::DELETE, "/templates/shared", None),
+        (
+            Method::POST,
+            "/templates/shared/build",
+            Some(json!({"dockerfile": "FROM ghcr.io/globex/payload:1"})),
+        ),
+    ] {
+        let message = call_with(&server, &gary, method.clone(), path, body)
+            .await
+            .assert_error(403, "forbidden");
+        assert!(
+            message.contains("shared") && message.contains("global"),
+            "{method} {path}: {message}"
+        );
+    }
+    let after = api_key(&server, Method::GET, "/templates/shared", None).await;
+    assert_eq!(after.body, shared.body);
+
+    // Names are unique across tenants.
+    for (token, name) in [(&alice, "shared"), (&gary, "acme-lib")] {
+        call_with(
+            &server,
+            token,
+            Method::POST,
+            "/templates",
+            Some(json!({"name": name})),
+        )
+        .await
+        .assert_error(409, "conflict");
+    }
+
+    // An OIDC caller names only its own tenant.
+    let message = call_with(
+        &server,
+        &alice,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "elsewhere", "tenant_id": "globex"})),
+    )
+    .await
+    .assert_error(403, "forbidden");
+    assert!(message.starts_with("tenant_id"), "{message}");
+    let own = call_with(
+        &server,
+        &alice,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "acme-own", "tenant_id": "acme"})),
+    )
+    .await;
+    assert_eq!(own.status, 201, "{}", own.body);
+    assert_eq!(own.body["tenant_id"], "acme");
+
+    // A replace keeps the tenant, and names no other.
+    for (reply, path) in [
+        (
+            call_with(
+                &server,
+                &alice,
+                Method::PUT,
+                "/templates/acme-own",
+                Some(json!({"tenant_id": "globex"})),
+            )
+            .await,
+            "acme-own",
+        ),
+        (
+            admin(
+                &server,
+                Method::PUT,
+                "/templates/shared",
+                Some(json!({"tenant_id": "acme"})),
+            )
+            .await,
+            "shared",
+        ),
+    ] {
+        let message = reply.assert_error(400, "bad_request");
+        assert!(message.starts_with("tenant_id"), "{path}: {message}");
+    }
+    let replaced = admin(
+        &server,
+        Method::PUT,
+        "/templates/acme-lib",
+        Some(json!({"image": "docker.io/library/alpine:3.20"})),
+    )
+    .await;
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    assert_eq!(replaced.body["tenant_id"], "acme");
+    let replaced = admin(
+        &server,
+        Method::PUT,
+        "/templates/shared",
+        Some(json!({"image": "docker.io/library/alpine:3.20", "tenant_id": null})),
+    )
+    .await;
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    assert_eq!(replaced.body["tenant_id"], Value::Null);
+
+    // A viewer reads, and changes nothing, not even its own tenant's.
+    assert_eq!(
+        template_names(&server, &vera).await,
+        ["acme-lib", "acme-own", "admin-global", "shared"]
+    );
+    for (method, path, body) in [
+        (Method::POST, "/templates", Some(json!({"name": "v"}))),
+        (
+            Method::PUT,
+            "/templates/acme-own",
+            Some(json!({"image": "docker.io/library/alpine:3"})),
+        ),
+        (Method::DELETE, "/templates/acme-own", None),
+        (Method::DELETE, "/templates/shared", None),
+    ] {
+        call_with(&server, &vera, method.clone(), path, body)
+            .await
+            .assert_error(403, "forbidden");
+    }
+    // Without credentials: 401 on every template route.
+    for (method, path, body) in [
+        (Method::GET, "/templates", None),
+        (Method::GET, "/templates/acme-own", None),
+        (Method::POST, "/templates", Some(json!({"name": "anon"}))),
+        (Method::PUT, "/templates/shared", Some(json!({}))),
+        (Method::DELETE, "/templates/shared", None),
+    ] {
+        server
+            .call(method, path, body)
+            .await
+            .assert_error(401, "unauthorized");
+    }
+    let every = api_key(&server, Method::GET, "/templates", None).await;
+    assert_eq!(every.body.as_array().unwrap().len(), 4, "{}", every.body);
+}
+
+/// Decisions §30: spawning from a template another tenant owns is 404 (by name in
+/// `POST /sandboxes`, 400 as for a missing one), and nothing is spawned.
+#[tokio::test]
+async fn spawning_from_another_tenants_template_is_refused() {
+    let idp = Idp::start().await;
+    let server = template_server(&idp).await;
+    let alice = idp.token("alice", &["operators"], Some("acme"));
+    let gary = idp.token("gary", &["operators"], Some("globex"));
+    let created = call_with(
+        &server,
+        &alice,
+        Method::POST,
+        "/templates",
+        Some(json!({"name": "acme-py", "image": "docker.io/library/alpine:3"})),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    call_with(
+        &server,
+        &gary,
+        Method::POST,
+        "/templates/acme-py/spawn",
+        Some(json!({})),
+    )
+    .await
+    .assert_error(404, "not_found");
+    let message = call_with(
+        &server,
+        &gary,
+        Method::POST,
+        "/sandboxes",
+        Some(json!({"template": "acme-py"})),
+    )
+    .await
+    .assert_error(400, "bad_request");
+    assert!(message.starts_with("template"), "{message}");
+    let spawned = api_key(&server, Method::GET, "/sandboxes?state=all", None).await;
+    assert_eq!(spawned.body, json!([]), "nothing was spawned");
+    // Its own tenant spawns from it.
+    let own = call_with(
+        &server,
+        &alice,
+        Method::POST,
+        "/templates/acme-py/spawn",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(own.status, 201, "{}", own.body);
+    assert_eq!(own.body["image"], "docker.io/library/alpine:3");
+    assert_eq!(own.body["tenant_id"], "acme");
+}

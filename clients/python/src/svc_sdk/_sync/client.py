@@ -1465,10 +1465,14 @@ class Templates:
         metadata: dict[str, str] | None = None,
         warm_pool: int | None = None,
         egress: EgressArg | None = None,
+        tenant_id: str | None = None,
     ) -> TemplateInfo:
         """Creates a template (:class:`ConflictError` when the name exists); ``warm_pool``
-        runtimes are then kept started for its spawns."""
+        runtimes are then kept started for its spawns. An OIDC caller's template belongs to its
+        tenant; an API-key or admin caller's is global unless ``tenant_id`` names a tenant."""
         spec = self._spec(name, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool, egress)
+        if tenant_id is not None:
+            spec["tenant_id"] = tenant_id
         return TemplateInfo.from_dict(self._client._call("template_create", json_body=spec))
 
     def list(self) -> builtins.list[TemplateInfo]:
@@ -1490,7 +1494,7 @@ class Templates:
         warm_pool: int | None = None,
         egress: EgressArg | None = None,
     ) -> TemplateInfo:
-        """Replaces every field (omitted ones take the server defaults)."""
+        """Replaces every field (omitted ones take the server defaults); the tenant stays."""
         spec = self._spec(None, image, memory_mb, vcpus, ttl, provider, metadata, warm_pool, egress)
         data = self._client._call("template_update", {"name": name}, json_body=spec)
         return TemplateInfo.from_dict(data)

@@ -43,6 +43,9 @@ pub struct OidcIdentity {
     expires_at: i64,
     /// `nbf`, seconds since the epoch.
     not_before: Option<i64>,
+    /// The `kid` of the key that verified it (none for a token naming none): when that key
+    /// leaves the JWKS, the token is forgotten and must verify again.
+    kid: Option<String>,
     /// The subject's membership in the tenant, as last read.
     member: RwLock<Option<MemberAnswer>>,
 }
@@ -156,7 +159,23 @@ impl Oidc {
     pub async fn refresh_keys(&self, now: Timestamp) {
         if let KeySource::Jwks(jwks) = &self.keys {
             jwks.refresh(now).await;
+            self.forget_tokens_of_removed_keys();
         }
+    }
+
+    /// Drops remembered tokens whose key is no longer held, so a key the identity provider
+    /// removed stops admitting tokens it signed before (not only new ones). A token that named
+    /// no key stays while any key without a `kid` does.
+    fn forget_tokens_of_removed_keys(&self) {
+        let keys = self.current_keys();
+        let held = |kid: &Option<String>| {
+            keys.iter()
+                .any(|entry| entry.kid.as_deref() == kid.as_deref())
+        };
+        self.verified
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, known| held(&known.kid));
     }
 
     /// JWKS fetches attempted so far.
@@ -268,6 +287,7 @@ impl Oidc {
             tenant_id,
             expires_at: claims.expires_at,
             not_before: claims.not_before,
+            kid: parsed.kid.clone(),
             member: RwLock::new(None),
         });
         self.remember(digest, Arc::clone(&identity), now);
