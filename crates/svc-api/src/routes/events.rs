@@ -48,13 +48,16 @@ async fn events(
         sandbox_id: query.sandbox_id.filter(|s| !s.is_empty()),
         // Set by the control plane from the caller.
         tenant_id: None,
+        owner: None,
     };
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or(query.last_event_id);
-    let subscription = plane.subscribe_events(&principal, filter, last_event_id.as_deref())?;
+    let subscription = plane
+        .subscribe_events(&principal, filter, last_event_id.as_deref())
+        .await?;
     let stream = crate::stream::sse::event_stream(subscription, plane.shutdown_token().clone());
     Ok(Sse::new(stream).keep_alive(crate::stream::sse::keep_alive()))
 }

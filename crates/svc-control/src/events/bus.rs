@@ -392,6 +392,7 @@ mod tests {
                 types: [EventType::SandboxDestroyed].into(),
                 sandbox_id: Some(id(2).to_string()),
                 tenant_id: None,
+                owner: None,
             },
             None,
         );

@@ -746,10 +746,9 @@ impl Fixture {
         Principal::anonymous(None)
     }
 
+    /// Every event from now on (what an admin's subscription gets).
     pub fn events(&self) -> Subscription {
-        self.plane
-            .subscribe_events(&self.admin(), EventFilter::default(), None)
-            .unwrap()
+        self.plane.events().subscribe(EventFilter::default(), None)
     }
 
     /// Every record, in any state.

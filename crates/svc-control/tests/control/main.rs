@@ -279,6 +279,7 @@ async fn a_runtime_that_stopped_ends_its_sandbox_as_provider_failed() {
     let plane = fx.restarted(false);
     let mut events = plane
         .subscribe_events(&fx.admin(), svc_control::EventFilter::default(), None)
+        .await
         .unwrap();
     let reconciled = plane.reconcile(&Principal::system()).await.unwrap();
     assert_eq!(reconciled.marked_error, 1, "{reconciled:?}");
@@ -432,6 +433,7 @@ async fn recovery_resolves_records_a_crash_left_creating() {
     let restarted = fx.restarted(false);
     let mut events = restarted
         .subscribe_events(&fx.admin(), Default::default(), None)
+        .await
         .unwrap();
     let report = restarted
         .recover_interrupted_spawns(&Principal::system())
@@ -831,6 +833,7 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     new.register_local_worker().await.unwrap();
     let mut events = new
         .subscribe_events(&fx.admin(), svc_control::EventFilter::default(), None)
+        .await
         .unwrap();
     let report = new.take_over_dead_workers(&system).await.unwrap();
     assert_eq!(

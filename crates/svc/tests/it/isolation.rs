@@ -241,6 +241,10 @@ async fn pool_sandboxes_answer_only_their_owner() {
         c.auth.admin_api_key = svc_core::config::Secret::new(ADMIN_KEY);
     })
     .await;
+    // Bob listens from the start; he hears only of his own sandboxes.
+    let mut bob_events = server
+        .events_as(&[API, ("X-User-ID", "bob")], "", None)
+        .await;
     let spawned = as_key(
         &server,
         API,
@@ -322,6 +326,26 @@ async fn pool_sandboxes_answer_only_their_owner() {
             listed.body
         );
     }
+
+    // Bob's own sandbox: its creation is the first event his stream carries, though alice's
+    // came before it.
+    let own = as_key(
+        &server,
+        API,
+        Some("bob"),
+        Method::POST,
+        "/sandboxes",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(own.status, 201, "{}", own.body);
+    let seen = bob_events
+        .until("sandbox.created", std::time::Duration::from_secs(30))
+        .await;
+    assert!(
+        seen.iter().all(|e| e.data["sandbox_id"] == own.body["id"]),
+        "bob hears of others' sandboxes: {seen:?}"
+    );
 
     // Alice, an admin and her tenant's admin still reach it.
     let read = server
