@@ -46,7 +46,14 @@ pub fn router(plane: ControlPlane) -> Router {
         .route("/sandboxes/{id}/connect", post(rest::connect))
         .route("/v2/sandboxes/{id}/connect", post(rest::connect))
         .route("/health", get(files::health))
-        .route("/files", get(files::read).post(files::write))
+        // Uploads stream, bounded by `server.max_upload_bytes` like svc's own (multipart
+        // parts too): not by the JSON bodies' limit below.
+        .route(
+            "/files",
+            get(files::read)
+                .post(files::write)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .route("/process.Process/{method}", post(process::call))
         .route("/filesystem.Filesystem/{method}", post(filesystem::call))
         .fallback(error::not_found)

@@ -738,6 +738,42 @@ async fn the_e2b_listener_authenticates_before_reading_and_bounds_bodies() {
     assert_eq!(response.status(), 413);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["code"], 413, "{body}");
+    // Uploads stream and are not JSON bodies: a multipart part past that limit is written.
+    let created: Value = server
+        .client
+        .post(format!("{e2b}/sandboxes"))
+        .header("X-API-KEY", API_KEY)
+        .json(&json!({"templateID": "base"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let boundary = "svc-isolation-boundary";
+    let mut form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.txt\"\r\n\r\n"
+    )
+    .into_bytes();
+    form.extend(std::iter::repeat_n(b'x', 64 * 1024));
+    form.extend(format!("\r\n--{boundary}--\r\n").into_bytes());
+    let uploaded = server
+        .client
+        .post(format!("{e2b}/files?path=/tmp/big.txt"))
+        .header("E2b-Sandbox-Id", created["sandboxID"].as_str().unwrap())
+        .header(
+            "X-Access-Token",
+            created["envdAccessToken"].as_str().unwrap(),
+        )
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.status(), 200, "{}", uploaded.text().await.unwrap());
     server.shutdown().await;
 }
 
