@@ -58,13 +58,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn allow(entries: &[&str]) -> Egress {
-        Egress {
-            mode: EgressMode::Allowlist,
-            allow: entries.iter().map(|e| (*e).to_owned()).collect(),
-        }
-    }
-
     #[tokio::test]
     async fn entries_reaching_the_host_are_refused_unless_allowed() {
         for entry in [
@@ -76,15 +69,17 @@ mod tests {
             "0.0.0.0",
             "0.0.0.0/0",
         ] {
-            let err = check_allowlist(&allow(&["example.com:443", entry]), false)
+            let err = check_allowlist(&Egress::allowlist(["example.com:443", entry]), false)
                 .await
                 .unwrap_err();
             assert_eq!(err.kind(), svc_core::ErrorKind::BadRequest, "{entry}");
             assert!(err.to_string().contains("egress.allow"), "{err}");
-            check_allowlist(&allow(&[entry]), true).await.unwrap();
+            check_allowlist(&Egress::allowlist([entry]), true)
+                .await
+                .unwrap();
         }
         check_allowlist(
-            &allow(&["10.0.0.0/8", "*.example.com", "192.0.2.7:443"]),
+            &Egress::allowlist(["10.0.0.0/8", "*.example.com", "192.0.2.7:443"]),
             false,
         )
         .await

@@ -198,6 +198,14 @@ pub fn net_reaches_host(net: &IpNet) -> bool {
 }
 
 impl Egress {
+    /// Mode `allowlist` with `entries`.
+    pub fn allowlist<S: Into<String>>(entries: impl IntoIterator<Item = S>) -> Self {
+        Egress {
+            mode: EgressMode::Allowlist,
+            allow: entries.into_iter().map(Into::into).collect(),
+        }
+    }
+
     /// Checks the entries (400 naming the first bad one) and the mode's needs.
     pub fn check(&self) -> Result<Vec<EgressRule>, Error> {
         if self.mode != EgressMode::Allowlist && !self.allow.is_empty() {
@@ -235,10 +243,7 @@ mod tests {
     use super::*;
 
     fn allow(entries: &[&str]) -> Egress {
-        Egress {
-            mode: EgressMode::Allowlist,
-            allow: entries.iter().map(|e| (*e).to_owned()).collect(),
-        }
+        Egress::allowlist(entries.iter().copied())
     }
 
     #[test]
