@@ -163,11 +163,12 @@ pub(crate) async fn assert_interactive_exec(server: &TestServer, id: &str) {
         pty.resize(120, 40);
         pty.type_until("stty size\r", "40 120");
         // Raw mode: Ctrl-C travels to the remote terminal and interrupts `sleep` there. The
-        // shell has run the line up to `sleep 30` once it shows zz-2 (the typed line shows
-        // only `$((1+1))`).
-        pty.type_then_wait_for("echo zz-$((1+1)); sleep 30\r", "zz-2");
-        pty.type_keys("\u{3}");
-        pty.type_until("echo still-$((40+2))\r", "still-42");
+        // shell has run the line up to `sleep 300` once it shows zz-2 (the typed line shows
+        // only `$((1+1))`), but it may not have made `sleep` its foreground job yet: a Ctrl-C
+        // that lands between fork and exec is lost, so each try sends Ctrl-C again before the
+        // next line. Only an interrupted `sleep` lets the shell answer within the deadline.
+        pty.type_then_wait_for("echo zz-$((1+1)); sleep 300\r", "zz-2");
+        pty.type_until("\u{3}echo still-$((40+2))\r", "still-42");
         assert!(
             child.try_wait().unwrap().is_none(),
             "Ctrl-C ended the client"
