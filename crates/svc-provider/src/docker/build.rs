@@ -75,11 +75,15 @@ impl ImageBuilder for DockerProvider {
 
     async fn remove_image(&self, image: &str) -> Result<bool, ProviderError> {
         let docker = self.client().await?;
-        // Never forced: the engine refuses (409) while a container uses the image.
-        match docker
-            .remove_image(image, None::<RemoveImageOptions>, None)
-            .await
-        {
+        // Never forced: the engine refuses (409) while a container uses the image. Its untagged
+        // parents stay (`noprune`): they are the classic builder's cache, and a build running
+        // at this moment may have just taken one of them for a step of its own, which then
+        // fails with "unable to find image" if they go. `docker image prune` reclaims them.
+        let options = RemoveImageOptions {
+            noprune: true,
+            ..Default::default()
+        };
+        match docker.remove_image(image, Some(options), None).await {
             Ok(_) => Ok(true),
             Err(err) if status_of(&err) == Some(404) => Ok(true),
             Err(err) if status_of(&err) == Some(409) => Ok(false),

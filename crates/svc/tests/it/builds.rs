@@ -650,6 +650,19 @@ async fn an_older_image_stays_while_a_sandbox_uses_it_and_goes_after() {
     .await;
     let lines = follow(&server, "layers", &first, Duration::from_secs(120)).await;
     let v1 = result_of(&lines)["image"].as_str().unwrap().to_owned();
+    let parent_of = |image: String| {
+        let docker = docker.clone();
+        async move {
+            // The history lists the image, then the steps under it; a step the classic
+            // builder made locally has an image ID (others show `<missing>`).
+            let history = docker.image_history(&image).await.unwrap();
+            let parent = history.get(1).map(|step| step.id.clone());
+            parent
+                .filter(|id| id.starts_with("sha256:"))
+                .expect("the step before")
+        }
+    };
+    let parent1 = parent_of(v1.clone()).await;
     let spawned = server.post("/templates/layers/spawn", json!({})).await;
     assert_eq!(spawned.status, 201, "{}", spawned.body);
     let sandbox = spawned.body["id"].as_str().unwrap().to_owned();
@@ -695,6 +708,7 @@ async fn an_older_image_stays_while_a_sandbox_uses_it_and_goes_after() {
         image_exists(&docker, &v2).await,
         "the template's image stays"
     );
+    let parent = parent_of(v2.clone()).await;
     assert_eq!(server.delete("/templates/layers").await.status, 200);
     wait_for(
         "the deleted template's image to go",
@@ -702,6 +716,20 @@ async fn an_older_image_stays_while_a_sandbox_uses_it_and_goes_after() {
         || async { !image_exists(&docker, &v2).await },
     )
     .await;
+    // The build cache under both stays: a build running at that moment may be using it.
+    for parent in [parent1, parent] {
+        assert!(
+            image_exists(&docker, &parent).await,
+            "removing an image removed the cached step {parent} under it"
+        );
+        let _ = docker
+            .remove_image(
+                &parent,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await;
+    }
     finish(server, &docker, &["layers"]).await;
 }
 
