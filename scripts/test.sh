@@ -77,6 +77,10 @@ rm -f "$tests_built"
 # The release build carries the guest agent, built in the microVM assets' cache (the same build
 # scripts/microvm-assets.sh makes; cargo's lock lets one wait for the other).
 export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
+# Beside stress-ng's workers (SVC_TEST_CPU_STRESS), which run at the default priority, a lower
+# one would starve the release build for the whole run.
+release_niceness=10
+[ -z "${SVC_TEST_CPU_STRESS:-}" ] || release_niceness=0
 say "building the workspace tests, then the release binary, in the background (log: $build_log)"
 set -m # a process group of its own, so the EXIT trap can end cargo and its compilers together
 (
@@ -85,7 +89,7 @@ set -m # a process group of its own, so the EXIT trap can end cargo and its comp
     echo "the tests' build took $(( SECONDS - started ))s in the background" >&2
     touch "$tests_built"
     started=$SECONDS
-    nice -n 10 cargo build --release --quiet || exit
+    nice -n "$release_niceness" cargo build --release --quiet || exit
     echo "the release build took $(( SECONDS - started ))s more, beside the tests" >&2
 ) >"$build_log" 2>&1 &
 build_pid=$!
