@@ -63,34 +63,23 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 # Builds are the slow part on two cores, and need nothing the steps below install, so they start
-# now and run beside the installs, which mostly wait on the network and the disk: first the tests'
-# build, which the tests wait for, then the release binary that only the README check runs
-# (crates/svc/tests/it/readme.rs runs the README's `cargo run --release -- serve` as written; its
-# cargo waits on the target directory's lock for this build, then finds everything built). The
-# release build goes on beside the tests at a lower CPU priority: much of the time the tests wait
-# on Docker, PostgreSQL, QEMU and browsers, and nextest runs the README check last
-# (.config/nextest.toml). Their output goes to logs, shown on failure.
+# now and run beside the installs, which mostly wait on the network and the disk: the tests'
+# build, then the release binary the README check runs (crates/svc/tests/it/readme.rs runs the
+# README's `cargo run --release -- serve` as written, which then finds everything built). One
+# after the other, so neither slows the other down. Their output goes to logs, shown on failure.
 build_log="target/test-sh-builds.log"
-tests_built="target/test-sh-tests-built"
 mkdir -p target
-rm -f "$tests_built"
 # The release build carries the guest agent, built in the microVM assets' cache (the same build
 # scripts/microvm-assets.sh makes; cargo's lock lets one wait for the other).
 export SVC_MICROVM_ASSETS="${SVC_MICROVM_ASSETS:-/var/cache/svc-microvm}"
-# Beside stress-ng's workers (SVC_TEST_CPU_STRESS), which run at the default priority, a lower
-# one would starve the release build for the whole run.
-release_niceness=10
-[ -z "${SVC_TEST_CPU_STRESS:-}" ] || release_niceness=0
 say "building the workspace tests, then the release binary, in the background (log: $build_log)"
 set -m # a process group of its own, so the EXIT trap can end cargo and its compilers together
 (
     started=$SECONDS
-    cargo nextest run --workspace --no-run --cargo-quiet || exit
-    echo "the tests' build took $(( SECONDS - started ))s in the background" >&2
-    touch "$tests_built"
-    started=$SECONDS
-    nice -n "$release_niceness" cargo build --release --quiet || exit
-    echo "the release build took $(( SECONDS - started ))s more, beside the tests" >&2
+    cargo nextest run --workspace --no-run --cargo-quiet && cargo build --release --quiet
+    status=$?
+    echo "builds took $(( SECONDS - started ))s in the background" >&2
+    exit "$status"
 ) >"$build_log" 2>&1 &
 build_pid=$!
 set +m
@@ -164,15 +153,13 @@ fi
 export SVC_CHROMIUM=/usr/bin/chromium SVC_TEST_REQUIRE_BROWSER=1
 
 phase build
-say "waiting for the tests' build"
-# Polled: the background job goes on to the release build, so its end is not the signal.
-while ! [ -e "$tests_built" ] && kill -0 "$build_pid" 2>/dev/null; do sleep 1; done
-if ! [ -e "$tests_built" ]; then
-    wait "$build_pid" || true
+say "waiting for the builds"
+if ! wait "$build_pid"; then
     build_pid=""
     cat "$build_log" >&2
-    die "building the workspace tests failed (output above and in $build_log)"
+    die "building the workspace tests or the release binary failed (output above and in $build_log)"
 fi
+build_pid=""
 say "$(tail -n 1 "$build_log")"
 
 phase tests
@@ -184,16 +171,4 @@ if [ -n "${SVC_TEST_CPU_STRESS:-}" ]; then
 fi
 say "running the workspace tests with cargo nextest"
 # The workspace has no doctests (examples live in tests), which nextest does not run anyway.
-tests_status=0
-cargo nextest run --workspace --no-fail-fast "$@" || tests_status=$?
-
-phase release-build
-# The README check has waited for it; when it was filtered out, this waits for the build alone.
-if ! wait "$build_pid"; then
-    build_pid=""
-    cat "$build_log" >&2
-    die "building the release binary failed (output above and in $build_log)"
-fi
-build_pid=""
-say "$(tail -n 1 "$build_log")"
-exit "$tests_status"
+cargo nextest run --workspace --no-fail-fast "$@"
