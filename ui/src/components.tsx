@@ -45,10 +45,14 @@ export function PageLink(props: { href: string; children: ComponentChildren; lab
   );
 }
 
-/** A table with a header row of `columns`, scrolling sideways when it is wider than the screen. */
-export function Table(props: { columns: string[]; children: ComponentChildren }) {
+/**
+ * A table with a header row of `columns`, scrolling sideways when it is wider than the screen.
+ * The scrolling region is a named tab stop, so a keyboard can scroll it whether or not its rows
+ * hold anything focusable yet (axe: scrollable-region-focusable).
+ */
+export function Table(props: { label: string; columns: string[]; children: ComponentChildren }) {
   return (
-    <div class="scroll">
+    <div class="scroll" role="region" aria-label={`${props.label} table`} tabIndex={0}>
       <table>
         <thead>
           <tr>

@@ -57,7 +57,7 @@ export function EventsPage() {
           <input type="search" placeholder="sb-…" value={sandbox} onChange={text(setSandbox)} />
         </label>
       </form>
-      <Table columns={["Time", "Type", "Sandbox", "Data"]}>
+      <Table label="Events" columns={["Time", "Type", "Sandbox", "Data"]}>
         {events.map((event) => (
           <EventRow key={event.id} event={event} />
         ))}

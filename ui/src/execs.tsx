@@ -44,7 +44,7 @@ export function ExecHistory(props: { path: string; changed: number }) {
     <section aria-labelledby="execs-title" class="panel">
       <h2 id="execs-title">Exec history</h2>
       <Problem message={execs.error} />
-      <Table columns={["Command", "Status", "Exit", "Started", "Took", "Output"]}>
+      <Table label="Commands" columns={["Command", "Status", "Exit", "Started", "Took", "Output"]}>
         {(execs.data ?? []).map((record) => (
           <tr key={record.exec_id} data-testid="exec-row" data-exec-id={record.exec_id}>
             <td class="clip">

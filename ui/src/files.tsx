@@ -81,7 +81,7 @@ export function FileBrowser(props: { id: string }) {
       </div>
       <Problem message={error} />
       {status && <p role="status">{status}</p>}
-      <Table columns={["Name", "Size", "Mode"]}>
+      <Table label="Files" columns={["Name", "Size", "Mode"]}>
         {dir !== "/" && (
           <tr>
             <td colSpan={3}>

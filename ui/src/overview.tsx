@@ -57,7 +57,7 @@ function Providers(props: { providers: Provider[]; loaded: Loaded<unknown> }) {
     <section aria-labelledby="providers-title" class="card">
       <h2 id="providers-title">Providers</h2>
       <Unavailable loaded={props.loaded} />
-      <Table columns={["Name", "Health", "Latency"]}>
+      <Table label="Providers" columns={["Name", "Health", "Latency"]}>
         {props.providers.map((p) => (
           <tr key={p.name}>
             <td>
@@ -185,7 +185,7 @@ function Requests() {
       {rates && (
         <>
           <p>Server errors: {rates.errors.toFixed(2)}/s</p>
-          <Table columns={["Route", "Per second"]}>
+          <Table label="Request rates" columns={["Route", "Per second"]}>
             {rates.routes.map(([route, rate]) => (
               <tr key={route}>
                 <td class="clip">
@@ -220,7 +220,7 @@ function Quotas() {
     <section aria-labelledby="quotas-title" class="panel">
       <h2 id="quotas-title">Quotas</h2>
       <Unavailable loaded={quotas} />
-      <Table columns={["Owner", "Sandboxes", "Max TTL", "Max exec timeout"]}>
+      <Table label="Quotas" columns={["Owner", "Sandboxes", "Max TTL", "Max exec timeout"]}>
         {(quotas.data ?? []).map((q) => {
           const used = usage[q.owner_id];
           return (

@@ -210,7 +210,7 @@ export function SandboxList() {
         </label>
       </form>
       <Problem message={error} />
-      <Table columns={["ID", "State", "Owner", "Tenant", "Provider", "Image", "Age", "Expires", "Actions"]}>
+      <Table label="Sandboxes" columns={["ID", "State", "Owner", "Tenant", "Provider", "Image", "Age", "Expires", "Actions"]}>
         {sandboxes.slice(first, first + PAGE).map((s) => (
           <Row key={s.id} sandbox={s} now={now} act={act} />
         ))}

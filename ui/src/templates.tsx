@@ -20,7 +20,7 @@ export function TemplatesPage() {
         </button>
       </div>
       <Problem message={templates.error} />
-      <Table columns={["Name", "Image", "Provider", "Memory", "vCPUs", "TTL", "Warm", "Actions"]}>
+      <Table label="Templates" columns={["Name", "Image", "Provider", "Memory", "vCPUs", "TTL", "Warm", "Actions"]}>
         {(templates.data ?? []).map((t) => (
           <tr key={t.name} data-testid="template-row" class={t.name === selected ? "selected" : undefined}>
             <td>{t.name}</td>
@@ -189,7 +189,7 @@ function Builds(props: { template: string; image: string; onBuilt: () => void })
         <button type="submit">Build</button>
       </form>
       <Problem message={error || builds.error} />
-      <Table columns={["Build", "Status", "Started", "Image or error", "Actions"]}>
+      <Table label="Builds" columns={["Build", "Status", "Started", "Image or error", "Actions"]}>
         {(builds.data ?? []).map((b) => (
           <tr key={b.build_id} data-testid="build-row" data-build-id={b.build_id}>
             <td>
