@@ -16,12 +16,32 @@ use svc_core::exec::{ExecRecord, ExecResult, ExecStatus, TIMEOUT_EXIT_CODE, UNKN
 use svc_core::path::SandboxPath;
 use svc_core::{Capability, Error, ExecId, GoDuration, SandboxId};
 use svc_provider::{
-    ExecChunk, ExecControl, ExecSpec, ExitStatus, OutputStream, Provider, ProviderError, StdStream,
-    TtySize,
+    ExecChunk, ExecControl, ExecSpec, ExitStatus, OutputStream, ProviderError, StdStream, TtySize,
 };
 
+use crate::door::Operation;
 use crate::exec_jobs::Job;
+use crate::ExecControls;
 use crate::{ControlPlane, Principal};
+
+const EXEC: Operation = Operation::new(Action::Exec, Capability::Exec, "exec");
+
+/// Checks a command before anything runs; answers its working directory.
+fn checked_workdir(command: &ExecCommand) -> Result<Option<SandboxPath>, Error> {
+    if command.command.trim().is_empty() {
+        return Err(Error::invalid("command", "must not be empty"));
+    }
+    let has_nul = |text: &str| text.contains('\0');
+    if has_nul(&command.command) || command.args.iter().flatten().any(|a| has_nul(a)) {
+        return Err(Error::invalid("command", "must not contain NUL characters"));
+    }
+    svc_core::sandbox::check_env(&command.env)?;
+    command
+        .workdir
+        .as_deref()
+        .map(|w| SandboxPath::parse(w).map_err(|e| Error::invalid("workdir", e.to_string())))
+        .transpose()
+}
 
 /// How long a command killed at its deadline may take to end before the caller is answered.
 const KILL_GRACE: Duration = Duration::from_secs(5);
@@ -151,9 +171,14 @@ impl RunningExec {
         &self.exec_id
     }
 
-    /// The control handle (stdin, resize, signals).
-    pub fn control(&self) -> &Arc<dyn ExecControl> {
-        &self.control
+    /// The command's controls (stdin, resize, signals).
+    pub fn controls(&self) -> ExecControls {
+        ExecControls::new(
+            Arc::clone(&self.control),
+            self.plane.clone(),
+            self.sandbox_id.clone(),
+            self.provider,
+        )
     }
 
     fn publish(&self, payload: impl FnOnce(ExecEventData) -> EventPayload) {
@@ -404,21 +429,10 @@ impl ControlPlane {
         command: ExecCommand,
         form: ExecForm,
     ) -> Result<RunningExec, Error> {
-        self.authorize(principal, Action::Exec)?;
-        if command.command.trim().is_empty() {
-            return Err(Error::invalid("command", "must not be empty"));
-        }
-        let has_nul = |text: &str| text.contains('\0');
-        if has_nul(&command.command) || command.args.iter().flatten().any(|a| has_nul(a)) {
-            return Err(Error::invalid("command", "must not contain NUL characters"));
-        }
-        svc_core::sandbox::check_env(&command.env)?;
-        let workdir = command
-            .workdir
-            .as_deref()
-            .map(|w| SandboxPath::parse(w).map_err(|e| Error::invalid("workdir", e.to_string())))
-            .transpose()?;
-        let sandbox = self.running_sandbox(principal, id).await?;
+        let (on, workdir) = self
+            .enter(principal, id, EXEC, checked_workdir(&command))
+            .await?;
+        let (sandbox, provider) = (&on.sandbox, &on.provider);
         let timeout = if command.background && command.timeout.is_none_or(|t| t.is_zero()) {
             // A background exec has no default deadline; an explicit one is still capped.
             None
@@ -427,7 +441,6 @@ impl ControlPlane {
                 .await
                 .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?
         };
-        let provider = self.capable_provider(&sandbox.provider, Capability::Exec)?;
         let exec_id = command.exec_id.clone().unwrap_or_else(ExecId::generate);
         let record = ExecRecord {
             exec_id: exec_id.clone(),
@@ -471,7 +484,7 @@ impl ControlPlane {
             Err(err) => {
                 self.operations()
                     .record(form.metric(), provider.name(), false, starting.elapsed());
-                let err = self.provider_failure(Some(&sandbox.id), provider.name(), "exec", err);
+                let err = on.failure(err);
                 let job = Job::new(record, None, false, self.config().exec.output_buffer_bytes);
                 job.end(ExecStatus::Failed, None, self.clock().now());
                 self.inner.exec_jobs.add(&sandbox.id, job);
@@ -581,33 +594,6 @@ impl ControlPlane {
             "running a command",
             std::io::Error::other("exec ended without a status"),
         ))
-    }
-
-    /// The provider of a sandbox, enabled on this server.
-    pub(crate) fn enabled_provider(&self, name: &str) -> Result<Arc<dyn Provider>, Error> {
-        self.providers()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::ProviderUnavailable {
-                provider: name.to_owned(),
-                message: "provider is not enabled on this server".to_owned(),
-            })
-    }
-
-    /// The provider of a sandbox, checked for a capability.
-    pub(crate) fn capable_provider(
-        &self,
-        name: &str,
-        capability: Capability,
-    ) -> Result<Arc<dyn Provider>, Error> {
-        let provider = self.enabled_provider(name)?;
-        if !provider.capabilities().contains(&capability) {
-            return Err(Error::Unsupported {
-                provider: name.to_owned(),
-                operation: capability.as_str().to_owned(),
-            });
-        }
-        Ok(provider)
     }
 }
 

@@ -15,11 +15,12 @@ use futures::stream::BoxStream;
 use svc_core::access::Action;
 use svc_core::error::Resource;
 use svc_core::exec::{ExecRecord, ExecStatus};
+use svc_core::sandbox::Sandbox;
 use svc_core::{Error, ExecId, SandboxId, Timestamp};
 use svc_provider::{ExecControl, Signal, StdStream, TtySize};
 
 use crate::paging::{Page, PageRequest, MAX_PAGE};
-use crate::{ControlPlane, Principal};
+use crate::{ControlPlane, ExecControls, Principal};
 
 /// Ended execs kept per sandbox.
 pub(crate) const KEPT_ENDED: usize = 100;
@@ -590,11 +591,21 @@ impl ControlPlane {
         id: &str,
         exec_id: &str,
     ) -> Result<Arc<Job>, Error> {
+        Ok(self.find_exec_in(principal, id, exec_id).await?.1)
+    }
+
+    async fn find_exec_in(
+        &self,
+        principal: &Principal,
+        id: &str,
+        exec_id: &str,
+    ) -> Result<(Sandbox, Arc<Job>), Error> {
         let sandbox = self.find_sandbox(principal, id).await?;
-        ExecId::parse(exec_id)
+        let job = ExecId::parse(exec_id)
             .ok()
             .and_then(|exec| self.inner.exec_jobs.get(&sandbox.id, &exec))
-            .ok_or_else(|| Error::not_found(Resource::Exec, exec_id))
+            .ok_or_else(|| Error::not_found(Resource::Exec, exec_id))?;
+        Ok((sandbox, job))
     }
 
     /// `GET /sandboxes/{id}/execs/{exec_id}/output`: the exec's output from the given byte
@@ -613,18 +624,26 @@ impl ControlPlane {
         Ok(follow_job(job, offsets, follow))
     }
 
-    /// A running exec's control, for the routes that act on it; 409 once it has ended.
+    /// A running exec's controls, for the routes that act on it; 409 once it has ended.
     async fn running_exec(
         &self,
         principal: &Principal,
         id: &str,
         exec_id: &str,
-    ) -> Result<(Arc<Job>, Arc<dyn ExecControl>), Error> {
+    ) -> Result<(Arc<Job>, ExecControls), Error> {
         self.authorize(principal, Action::Exec)?;
-        let job = self.find_exec(principal, id, exec_id).await?;
+        let (sandbox, job) = self.find_exec_in(principal, id, exec_id).await?;
         let record = job.snapshot();
         match (&job.control, record.status) {
-            (Some(control), ExecStatus::Running) => Ok((Arc::clone(&job), Arc::clone(control))),
+            (Some(control), ExecStatus::Running) => {
+                let controls = ExecControls::new(
+                    Arc::clone(control),
+                    self.clone(),
+                    sandbox.id,
+                    &sandbox.provider,
+                );
+                Ok((Arc::clone(&job), controls))
+            }
             (_, status) => Err(Error::ExecEnded {
                 id: exec_id.to_owned(),
                 status: status_text(status),
@@ -641,22 +660,20 @@ impl ControlPlane {
         data: &[u8],
         eof: bool,
     ) -> Result<(), Error> {
-        let (job, control) = self.running_exec(principal, id, exec_id).await?;
+        let (job, controls) = self.running_exec(principal, id, exec_id).await?;
         if !job.stdin {
             return Err(Error::ExecEnded {
                 id: exec_id.to_owned(),
                 status: "has no stdin (it was started without one)",
             });
         }
-        let failed = |e| Error::provider("exec", "write stdin", e);
         if !data.is_empty() {
-            control
+            controls
                 .write_stdin(bytes::Bytes::copy_from_slice(data))
-                .await
-                .map_err(failed)?;
+                .await?;
         }
         if eof {
-            control.close_stdin().await.map_err(failed)?;
+            controls.close_stdin().await?;
         }
         Ok(())
     }
@@ -678,11 +695,8 @@ impl ControlPlane {
                 ),
             )
         })?;
-        let (_, control) = self.running_exec(principal, id, exec_id).await?;
-        control
-            .signal(signal)
-            .await
-            .map_err(|e| Error::provider("exec", "signal", e))
+        let (_, controls) = self.running_exec(principal, id, exec_id).await?;
+        controls.signal(signal).await
     }
 
     /// A running terminal exec's new size (E2B's process `Update`).
@@ -693,11 +707,8 @@ impl ControlPlane {
         exec_id: &str,
         size: TtySize,
     ) -> Result<(), Error> {
-        let (_, control) = self.running_exec(principal, id, exec_id).await?;
-        control
-            .resize(size)
-            .await
-            .map_err(|e| Error::provider("exec", "resize", e))
+        let (_, controls) = self.running_exec(principal, id, exec_id).await?;
+        controls.resize(size).await
     }
 
     /// `DELETE /sandboxes/{id}/execs/{exec_id}`: kills it; its status becomes `killed`.
@@ -707,13 +718,10 @@ impl ControlPlane {
         id: &str,
         exec_id: &str,
     ) -> Result<(), Error> {
-        let (job, control) = self.running_exec(principal, id, exec_id).await?;
+        let (job, controls) = self.running_exec(principal, id, exec_id).await?;
         job.kill_requested
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        control
-            .kill()
-            .await
-            .map_err(|e| Error::provider("exec", "kill", e))
+        controls.kill().await
     }
 }
 

@@ -8,9 +8,10 @@ use svc_core::exec::parse_mode;
 use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::range::RangeAnswer;
-use svc_core::{Capability, Error, SandboxId};
-use svc_provider::{ByteStream, FileInfo, Provider, ProviderError, Upload};
+use svc_core::{Capability, Error};
+use svc_provider::{ByteStream, FileInfo, ProviderError, Upload};
 
+use crate::door::{Operation, Target};
 use crate::{ControlPlane, Principal};
 
 /// Default mode of written files.
@@ -185,35 +186,39 @@ impl UploadMeter {
     }
 }
 
-/// The running sandbox a file operation acts on.
-struct FileTarget {
-    id: SandboxId,
-    tenant_id: String,
-    provider: std::sync::Arc<dyn Provider>,
+const WRITE_FILE: Operation = Operation::new(Action::WriteFiles, Capability::Files, "write file");
+const READ_ARCHIVE: Operation =
+    Operation::new(Action::ReadFiles, Capability::Files, "read archive");
+const WRITE_ARCHIVE: Operation =
+    Operation::new(Action::WriteFiles, Capability::Files, "extract archive");
+const READ_FILE: Operation = Operation::new(Action::ReadFiles, Capability::Files, "read file");
+const DELETE_FILE: Operation = Operation::new(Action::WriteFiles, Capability::Files, "delete file");
+const LIST_FILES: Operation = Operation::new(Action::ReadFiles, Capability::Files, "list files");
+const MOVE_FILE: Operation = Operation::new(Action::WriteFiles, Capability::Files, "move file");
+const CHMOD: Operation = Operation::new(Action::WriteFiles, Capability::Files, "chmod");
+const STAT: Operation = Operation::new(Action::ReadFiles, Capability::Files, "stat");
+const GLOB: Operation = Operation::new(Action::ReadFiles, Capability::Files, "glob");
+const READ_LOGS: Operation = Operation::new(Action::ReadLogs, Capability::Console, "read logs");
+
+/// The content of a `POST /files` write, decoded.
+fn decoded(content: &str, encoding: Option<&str>) -> Result<Bytes, Error> {
+    Ok(match ContentEncoding::parse(encoding)? {
+        ContentEncoding::Utf8 => Bytes::copy_from_slice(content.as_bytes()),
+        ContentEncoding::Base64 => {
+            use base64::Engine;
+            Bytes::from(
+                base64::engine::general_purpose::STANDARD
+                    .decode(content.trim())
+                    .map_err(|e| Error::invalid("content", format!("invalid base64: {e}")))?,
+            )
+        }
+    })
 }
 
 impl ControlPlane {
-    /// Maps a provider's file error: a missing path is 404, bad input 400, a failing backend
-    /// 500 with `provider.failed`.
-    fn file_error(
-        &self,
-        sandbox_id: &SandboxId,
-        provider: &str,
-        operation: &str,
-        err: ProviderError,
-    ) -> Error {
-        self.provider_failure(Some(sandbox_id), provider, operation, err)
-    }
-
-    /// The running sandbox and its provider; callers authorize first.
-    async fn file_target(&self, principal: &Principal, id: &str) -> Result<FileTarget, Error> {
-        let sandbox = self.running_sandbox(principal, id).await?;
-        let provider = self.capable_provider(&sandbox.provider, Capability::Files)?;
-        Ok(FileTarget {
-            id: sandbox.id,
-            tenant_id: sandbox.tenant_id,
-            provider,
-        })
+    fn publish_file(&self, on: &Target, payload: EventPayload) {
+        self.events()
+            .publish_in(&on.sandbox.tenant_id, Some(on.id()), payload);
     }
 
     /// `POST /files`: writes `content` (decoded) with `mode` (octal text, default 0644).
@@ -226,35 +231,23 @@ impl ControlPlane {
         mode: Option<&str>,
         encoding: Option<&str>,
     ) -> Result<(), Error> {
-        self.authorize(principal, Action::WriteFiles)?;
-        let (path, mode) = written_file(path, mode)?;
-        let bytes = match ContentEncoding::parse(encoding)? {
-            ContentEncoding::Utf8 => Bytes::copy_from_slice(content.as_bytes()),
-            ContentEncoding::Base64 => {
-                use base64::Engine;
-                Bytes::from(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(content.trim())
-                        .map_err(|e| Error::invalid("content", format!("invalid base64: {e}")))?,
-                )
-            }
-        };
-        let FileTarget {
-            id: sandbox_id,
-            tenant_id,
-            provider,
-        } = self.file_target(principal, id).await?;
-        let size = bytes.len() as u64;
-        provider
-            .write_file(&sandbox_id, &path, mode, Upload::bytes(bytes))
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e))?;
-        self.events().publish_in(
-            &tenant_id,
-            Some(&sandbox_id),
-            EventPayload::FileWritten(file_data(&path, Some(size))),
-        );
-        Ok(())
+        let input = written_file(path, mode)
+            .and_then(|(path, mode)| Ok((path, mode, decoded(content, encoding)?)));
+        self.on_running(
+            principal,
+            id,
+            WRITE_FILE,
+            input,
+            async |on, (path, mode, bytes)| {
+                let size = bytes.len() as u64;
+                on.provider
+                    .write_file(on.id(), &path, mode, Upload::bytes(bytes))
+                    .await?;
+                self.publish_file(on, EventPayload::FileWritten(file_data(&path, Some(size))));
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// `PUT /files`: streams `body` (`length` bytes when the client announced it) into the file
@@ -268,25 +261,23 @@ impl ControlPlane {
         body: ByteStream,
         length: Option<u64>,
     ) -> Result<u64, Error> {
-        self.authorize(principal, Action::WriteFiles)?;
-        let (path, mode) = written_file(path, mode)?;
-        let meter = UploadMeter::new(self.config().server.max_upload_bytes, length)?;
-        let FileTarget {
-            id: sandbox_id,
-            tenant_id,
-            provider,
-        } = self.file_target(principal, id).await?;
-        let upload = Upload::stream(meter.watch(body), length);
-        let written = provider.write_file(&sandbox_id, &path, mode, upload).await;
-        let size = meter.finish(
-            written.map_err(|e| self.file_error(&sandbox_id, provider.name(), "write file", e)),
-        )?;
-        self.events().publish_in(
-            &tenant_id,
-            Some(&sandbox_id),
-            EventPayload::FileWritten(file_data(&path, Some(size))),
-        );
-        Ok(size)
+        let limit = self.config().server.max_upload_bytes;
+        let input = written_file(path, mode)
+            .and_then(|(path, mode)| Ok((path, mode, UploadMeter::new(limit, length)?)));
+        self.on_running(
+            principal,
+            id,
+            WRITE_FILE,
+            input,
+            async |on, (path, mode, meter)| {
+                let upload = Upload::stream(meter.watch(body), length);
+                let written = on.provider.write_file(on.id(), &path, mode, upload).await;
+                let size = meter.finish(written.map_err(|e| on.failure(e)))?;
+                self.publish_file(on, EventPayload::FileWritten(file_data(&path, Some(size))));
+                Ok(size)
+            },
+        )
+        .await
     }
 
     /// `GET /files/archive`: directory `dir` as a tar stream, names relative to it.
@@ -296,31 +287,22 @@ impl ControlPlane {
         id: &str,
         dir: &str,
     ) -> Result<ByteStream, Error> {
-        self.authorize(principal, Action::ReadFiles)?;
-        let dir = sandbox_path("path", dir)?;
-        let FileTarget {
-            id: sandbox_id,
-            tenant_id,
-            provider,
-        } = self.file_target(principal, id).await?;
-        let stream = provider
-            .read_archive(&sandbox_id, &dir)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "read archive", e))?;
-        self.events().publish_in(
-            &tenant_id,
-            Some(&sandbox_id),
-            EventPayload::FileRead(file_data(&dir, None)),
-        );
-        // The answer has begun: a failure now can only break the stream off, which the API
-        // passes on by closing the connection (never a clean, short tar); say why here.
-        let (logged_id, logged_dir) = (sandbox_id, dir.to_string());
-        Ok(Box::pin(futures::TryStreamExt::inspect_err(
-            stream,
-            move |err| {
-                tracing::warn!(sandbox_id = %logged_id, path = %logged_dir, error = %err, "the archive broke off mid-stream; the client sees an incomplete transfer");
-            },
-        )))
+        let input = sandbox_path("path", dir);
+        self.on_running(principal, id, READ_ARCHIVE, input, async |on, dir| {
+            let stream = on.provider.read_archive(on.id(), &dir).await?;
+            self.publish_file(on, EventPayload::FileRead(file_data(&dir, None)));
+            // The answer has begun: a failure now can only break the stream off, which the API
+            // passes on by closing the connection (never a clean, short tar); say why here.
+            let (logged_id, logged_dir) = (on.id().clone(), dir.to_string());
+            let stream: ByteStream = Box::pin(futures::TryStreamExt::inspect_err(
+                stream,
+                move |err| {
+                    tracing::warn!(sandbox_id = %logged_id, path = %logged_dir, error = %err, "the archive broke off mid-stream; the client sees an incomplete transfer");
+                },
+            ));
+            Ok(stream)
+        })
+        .await
     }
 
     /// `PUT /files/archive`: extracts the tar stream `body` into `dir` (created when missing),
@@ -334,29 +316,28 @@ impl ControlPlane {
         body: ByteStream,
         length: Option<u64>,
     ) -> Result<u64, Error> {
-        self.authorize(principal, Action::WriteFiles)?;
-        let dir = sandbox_path("path", dir)?;
-        let meter = UploadMeter::new(self.config().server.max_upload_bytes, length)?;
-        let FileTarget {
-            id: sandbox_id,
-            tenant_id,
-            provider,
-        } = self.file_target(principal, id).await?;
-        let (archive, watch) = svc_provider::archive::checked(meter.watch(body), &dir);
-        let written = provider.write_archive(&sandbox_id, &dir, archive).await;
-        let report = watch.report();
-        let written = match report.refused {
-            Some(refusal) => Err(Error::invalid("archive", refusal)),
-            None => written
-                .map_err(|e| self.file_error(&sandbox_id, provider.name(), "extract archive", e)),
-        };
-        let size = meter.finish(written)?;
-        self.events().publish_in(
-            &tenant_id,
-            Some(&sandbox_id),
-            EventPayload::FileWritten(file_data(&dir, Some(size))),
-        );
-        Ok(report.entries)
+        let limit = self.config().server.max_upload_bytes;
+        let input =
+            sandbox_path("path", dir).and_then(|dir| Ok((dir, UploadMeter::new(limit, length)?)));
+        self.on_running(
+            principal,
+            id,
+            WRITE_ARCHIVE,
+            input,
+            async |on, (dir, meter)| {
+                let (archive, watch) = svc_provider::archive::checked(meter.watch(body), &dir);
+                let written = on.provider.write_archive(on.id(), &dir, archive).await;
+                let report = watch.report();
+                let written = match report.refused {
+                    Some(refusal) => Err(Error::invalid("archive", refusal)),
+                    None => written.map_err(|e| on.failure(e)),
+                };
+                let size = meter.finish(written)?;
+                self.publish_file(on, EventPayload::FileWritten(file_data(&dir, Some(size))));
+                Ok(report.entries)
+            },
+        )
+        .await
     }
 
     /// `GET /files`: the file's bytes as a stream, or the part a `Range` header names.
@@ -367,57 +348,44 @@ impl ControlPlane {
         path: &str,
         range: Option<&str>,
     ) -> Result<Download, Error> {
-        self.authorize(principal, Action::ReadFiles)?;
-        let path = sandbox_path("path", path)?;
-        let FileTarget {
-            id: sandbox_id,
-            tenant_id,
-            provider,
-        } = self.file_target(principal, id).await?;
-        let failed = |e| self.file_error(&sandbox_id, provider.name(), "read file", e);
-        // A range needs the size; a whole file does not (no extra round trip).
-        let (size, answer) = match range {
-            Some(header) => {
-                let info = provider.stat(&sandbox_id, &path).await.map_err(failed)?;
-                if info.is_dir {
-                    return Err(failed(ProviderError::InvalidRequest {
-                        message: format!("{path}: is a directory"),
-                    }));
+        let input = sandbox_path("path", path);
+        self.on_running(principal, id, READ_FILE, input, async |on, path| {
+            // A range needs the size; a whole file does not (no extra round trip).
+            let (size, answer) = match range {
+                Some(header) => {
+                    let info = on.provider.stat(on.id(), &path).await?;
+                    if info.is_dir {
+                        return Err(ProviderError::InvalidRequest {
+                            message: format!("{path}: is a directory"),
+                        }
+                        .into());
+                    }
+                    (
+                        Some(info.size),
+                        RangeAnswer::for_header(Some(header), info.size),
+                    )
                 }
-                (
-                    Some(info.size),
-                    RangeAnswer::for_header(Some(header), info.size),
-                )
+                None => (None, RangeAnswer::Whole),
+            };
+            let stream = match answer {
+                RangeAnswer::Unsatisfiable => Box::pin(futures::stream::empty()),
+                RangeAnswer::Whole => on.provider.read_file(on.id(), &path).await?,
+                RangeAnswer::Partial { start, end } => slice(
+                    on.provider.read_file(on.id(), &path).await?,
+                    start,
+                    end - start + 1,
+                ),
+            };
+            if answer != RangeAnswer::Unsatisfiable {
+                self.publish_file(on, EventPayload::FileRead(file_data(&path, None)));
             }
-            None => (None, RangeAnswer::Whole),
-        };
-        let stream = match answer {
-            RangeAnswer::Unsatisfiable => Box::pin(futures::stream::empty()),
-            RangeAnswer::Whole => provider
-                .read_file(&sandbox_id, &path)
-                .await
-                .map_err(failed)?,
-            RangeAnswer::Partial { start, end } => slice(
-                provider
-                    .read_file(&sandbox_id, &path)
-                    .await
-                    .map_err(failed)?,
-                start,
-                end - start + 1,
-            ),
-        };
-        if answer != RangeAnswer::Unsatisfiable {
-            self.events().publish_in(
-                &tenant_id,
-                Some(&sandbox_id),
-                EventPayload::FileRead(file_data(&path, None)),
-            );
-        }
-        Ok(Download {
-            stream,
-            size,
-            answer,
+            Ok(Download {
+                stream,
+                size,
+                answer,
+            })
         })
+        .await
     }
 
     /// `DELETE /files`.
@@ -428,17 +396,11 @@ impl ControlPlane {
         path: &str,
         recursive: bool,
     ) -> Result<(), Error> {
-        self.authorize(principal, Action::WriteFiles)?;
-        let path = non_root_path("path", path, "refusing to delete /")?;
-        let FileTarget {
-            id: sandbox_id,
-            provider,
-            ..
-        } = self.file_target(principal, id).await?;
-        provider
-            .delete_file(&sandbox_id, &path, recursive)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "delete file", e))
+        let input = non_root_path("path", path, "refusing to delete /");
+        self.on_running(principal, id, DELETE_FILE, input, async |on, path| {
+            Ok(on.provider.delete_file(on.id(), &path, recursive).await?)
+        })
+        .await
     }
 
     /// `GET /files/list`.
@@ -448,17 +410,11 @@ impl ControlPlane {
         id: &str,
         path: &str,
     ) -> Result<Vec<FileInfo>, Error> {
-        self.authorize(principal, Action::ReadFiles)?;
-        let path = sandbox_path("path", path)?;
-        let FileTarget {
-            id: sandbox_id,
-            provider,
-            ..
-        } = self.file_target(principal, id).await?;
-        provider
-            .list_dir(&sandbox_id, &path)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "list files", e))
+        let input = sandbox_path("path", path);
+        self.on_running(principal, id, LIST_FILES, input, async |on, path| {
+            Ok(on.provider.list_dir(on.id(), &path).await?)
+        })
+        .await
     }
 
     /// `POST /files/move`.
@@ -469,18 +425,16 @@ impl ControlPlane {
         old_path: &str,
         new_path: &str,
     ) -> Result<(), Error> {
-        self.authorize(principal, Action::WriteFiles)?;
-        let from = non_root_path("old_path", old_path, "/ cannot be moved")?;
-        let to = non_root_path("new_path", new_path, "nothing can be moved onto /")?;
-        let FileTarget {
-            id: sandbox_id,
-            provider,
-            ..
-        } = self.file_target(principal, id).await?;
-        provider
-            .move_path(&sandbox_id, &from, &to)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "move file", e))
+        let input = non_root_path("old_path", old_path, "/ cannot be moved").and_then(|from| {
+            Ok((
+                from,
+                non_root_path("new_path", new_path, "nothing can be moved onto /")?,
+            ))
+        });
+        self.on_running(principal, id, MOVE_FILE, input, async |on, (from, to)| {
+            Ok(on.provider.move_path(on.id(), &from, &to).await?)
+        })
+        .await
     }
 
     /// `POST /files/chmod`.
@@ -491,18 +445,16 @@ impl ControlPlane {
         path: &str,
         mode: &str,
     ) -> Result<(), Error> {
-        self.authorize(principal, Action::WriteFiles)?;
-        let path = sandbox_path("path", path)?;
-        let mode = parse_mode(mode).map_err(|m| Error::invalid("mode", m))?;
-        let FileTarget {
-            id: sandbox_id,
-            provider,
-            ..
-        } = self.file_target(principal, id).await?;
-        provider
-            .chmod(&sandbox_id, &path, mode)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "chmod", e))
+        let input = sandbox_path("path", path).and_then(|path| {
+            Ok((
+                path,
+                parse_mode(mode).map_err(|m| Error::invalid("mode", m))?,
+            ))
+        });
+        self.on_running(principal, id, CHMOD, input, async |on, (path, mode)| {
+            Ok(on.provider.chmod(on.id(), &path, mode).await?)
+        })
+        .await
     }
 
     /// `GET /files/stat`.
@@ -512,17 +464,11 @@ impl ControlPlane {
         id: &str,
         path: &str,
     ) -> Result<FileInfo, Error> {
-        self.authorize(principal, Action::ReadFiles)?;
-        let path = sandbox_path("path", path)?;
-        let FileTarget {
-            id: sandbox_id,
-            provider,
-            ..
-        } = self.file_target(principal, id).await?;
-        provider
-            .stat(&sandbox_id, &path)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "stat", e))
+        let input = sandbox_path("path", path);
+        self.on_running(principal, id, STAT, input, async |on, path| {
+            Ok(on.provider.stat(on.id(), &path).await?)
+        })
+        .await
     }
 
     /// `GET /files/glob`.
@@ -532,17 +478,11 @@ impl ControlPlane {
         id: &str,
         pattern: &str,
     ) -> Result<Vec<String>, Error> {
-        self.authorize(principal, Action::ReadFiles)?;
-        let pattern = SandboxGlob::new(pattern).map_err(|m| Error::invalid("pattern", m))?;
-        let FileTarget {
-            id: sandbox_id,
-            provider,
-            ..
-        } = self.file_target(principal, id).await?;
-        provider
-            .glob(&sandbox_id, &pattern)
-            .await
-            .map_err(|e| self.file_error(&sandbox_id, provider.name(), "glob", e))
+        let input = SandboxGlob::new(pattern).map_err(|m| Error::invalid("pattern", m));
+        self.on_running(principal, id, GLOB, input, async |on, pattern| {
+            Ok(on.provider.glob(on.id(), &pattern).await?)
+        })
+        .await
     }
 
     /// `GET /logs`: the most recent `lines` console or log lines.
@@ -552,12 +492,9 @@ impl ControlPlane {
         id: &str,
         lines: usize,
     ) -> Result<Vec<String>, Error> {
-        self.authorize(principal, Action::ReadLogs)?;
-        let sandbox = self.running_sandbox(principal, id).await?;
-        let provider = self.capable_provider(&sandbox.provider, Capability::Console)?;
-        provider
-            .logs(&sandbox.id, lines)
-            .await
-            .map_err(|e| self.provider_failure(Some(&sandbox.id), provider.name(), "read logs", e))
+        self.on_running(principal, id, READ_LOGS, Ok(()), async |on, ()| {
+            Ok(on.provider.logs(on.id(), lines).await?)
+        })
+        .await
     }
 }

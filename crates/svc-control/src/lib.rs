@@ -6,9 +6,11 @@
 mod admission;
 pub mod audit;
 mod builds;
+mod door;
 mod egress_reach;
 pub mod events;
 mod exec;
+mod exec_controls;
 mod exec_jobs;
 mod exec_recovery;
 mod files;
@@ -47,6 +49,7 @@ pub use admission::SchedulerStats;
 pub use builds::BuildInput;
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
+pub use exec_controls::ExecControls;
 pub use exec_jobs::ExecReplay;
 pub use files::{Download, DEFAULT_FILE_MODE};
 pub use identity::{Authenticator, Credentials};
@@ -62,7 +65,5 @@ pub use sandboxes::ListSandboxes;
 pub use svc_core::access::{Action, Role};
 pub use svc_provider::SandboxStats;
 pub use svc_provider::SnapshotInfo;
-pub use svc_provider::{
-    ByteStream, ExecControl, FileInfo, ProviderError, Signal, StdStream, TtySize,
-};
+pub use svc_provider::{ByteStream, FileInfo, ProviderError, Signal, StdStream, TtySize};
 pub use utf8::Utf8Chunker;

@@ -8,26 +8,29 @@ use svc_core::event::EventPayload;
 use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::{Capability, Error};
 
+use crate::door::{Operation, Target};
 use crate::spawn::sandbox_event_data;
 use crate::{ControlPlane, Principal};
+
+const PAUSE: Operation = Operation::new(Action::Pause, Capability::Pause, "pause");
+const RESUME: Operation = Operation::new(Action::Pause, Capability::Pause, "resume");
 
 impl ControlPlane {
     /// `POST /sandboxes/{id}/pause`: idempotent; 409 unless running or paused, 400 naming the
     /// provider when it cannot pause.
     pub async fn pause_sandbox(&self, principal: &Principal, id: &str) -> Result<Sandbox, Error> {
-        self.authorize(principal, Action::Pause)?;
-        let sandbox = self.find_sandbox(principal, id).await?;
+        let sandbox = self.visible(principal, id, PAUSE).await?;
         match sandbox.state {
             SandboxState::Paused => return Ok(sandbox),
             SandboxState::Running => {}
             _ => return Err(sandbox.not_running_error()),
         }
-        self.check_not_fenced(&sandbox).await?;
-        let provider = self.capable_provider(&sandbox.provider, Capability::Pause)?;
-        provider
-            .pause(&sandbox.id)
-            .await
-            .map_err(|e| self.provider_failure(Some(&sandbox.id), provider.name(), "pause", e))?;
+        let on = self.open(sandbox, PAUSE).await?;
+        on.call((), async |on, ()| Ok(on.provider.pause(on.id()).await?))
+            .await?;
+        let Target {
+            sandbox, provider, ..
+        } = on;
         let recorded = self
             .store()
             .pause_sandbox(&sandbox.id, self.clock().now())
@@ -50,19 +53,16 @@ impl ControlPlane {
 
     /// `POST /sandboxes/{id}/resume`: idempotent; 409 unless paused or running.
     pub async fn resume_sandbox(&self, principal: &Principal, id: &str) -> Result<Sandbox, Error> {
-        self.authorize(principal, Action::Pause)?;
-        let sandbox = self.find_sandbox(principal, id).await?;
+        let sandbox = self.visible(principal, id, RESUME).await?;
         match sandbox.state {
             SandboxState::Running => return Ok(sandbox),
             SandboxState::Paused => {}
             _ => return Err(sandbox.not_running_error()),
         }
-        self.check_not_fenced(&sandbox).await?;
-        let provider = self.capable_provider(&sandbox.provider, Capability::Pause)?;
-        provider
-            .resume(&sandbox.id)
-            .await
-            .map_err(|e| self.provider_failure(Some(&sandbox.id), provider.name(), "resume", e))?;
+        let on = self.open(sandbox, RESUME).await?;
+        on.call((), async |on, ()| Ok(on.provider.resume(on.id()).await?))
+            .await?;
+        let sandbox = on.sandbox;
         // A failed write leaves the record paused over a thawed runtime: operations answer 409
         // until a retried resume (idempotent at the provider) records it.
         match self

@@ -5,7 +5,11 @@ use svc_core::access::Action;
 use svc_core::{Capability, Error};
 use svc_provider::SandboxStats;
 
+use crate::door::Operation;
 use crate::{ControlPlane, Principal};
+
+const READ_STATS: Operation =
+    Operation::new(Action::ReadSandboxes, Capability::Stats, "read stats");
 
 impl ControlPlane {
     /// `GET /stats`: 404 for a sandbox the caller cannot see, 409 when it is not running, 400
@@ -15,12 +19,9 @@ impl ControlPlane {
         principal: &Principal,
         id: &str,
     ) -> Result<SandboxStats, Error> {
-        self.authorize(principal, Action::ReadSandboxes)?;
-        let sandbox = self.running_sandbox(principal, id).await?;
-        let provider = self.capable_provider(&sandbox.provider, Capability::Stats)?;
-        provider
-            .stats(&sandbox.id)
-            .await
-            .map_err(|e| self.provider_failure(Some(&sandbox.id), provider.name(), "read stats", e))
+        self.on_running(principal, id, READ_STATS, Ok(()), async |on, ()| {
+            Ok(on.provider.stats(on.id()).await?)
+        })
+        .await
     }
 }

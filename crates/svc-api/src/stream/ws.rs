@@ -13,7 +13,7 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use svc_control::{
-    ControlPlane, ExecCommand, ExecControl, ExecForm, ExecOutput, Principal, Signal, StdStream,
+    ControlPlane, ExecCommand, ExecControls, ExecForm, ExecOutput, Principal, Signal, StdStream,
     TtySize,
 };
 use svc_core::GoDuration;
@@ -151,10 +151,10 @@ pub(crate) async fn session(
         Ok(running) => running,
         Err(err) => return fail(&mut sink, err.kind().code(), &err.public_message()).await,
     };
-    let control = std::sync::Arc::clone(running.control());
+    let controls = running.controls();
     // Stdin is written by its own task, so a command that does not read cannot stall output.
     let (stdin_tx, stdin_rx) = mpsc::channel::<StdinOp>(64);
-    let stdin_task = tokio::spawn(write_stdin(std::sync::Arc::clone(&control), stdin_rx));
+    let stdin_task = tokio::spawn(write_stdin(controls.clone(), stdin_rx));
     let mut decoder = TextDecoder::default();
     loop {
         tokio::select! {
@@ -198,7 +198,7 @@ pub(crate) async fn session(
                         break;
                     }
                 };
-                if let Err(reason) = handle(parse(text), control.as_ref(), &stdin_tx).await {
+                if let Err(reason) = handle(parse(text), &controls, &stdin_tx).await {
                     fail(&mut sink, PROTOCOL_ERROR, &reason).await;
                     break;
                 }
@@ -225,7 +225,7 @@ async fn send_output(
 
 async fn handle(
     message: Result<ClientMessage, String>,
-    control: &dyn ExecControl,
+    controls: &ExecControls,
     stdin: &mpsc::Sender<StdinOp>,
 ) -> Result<(), String> {
     match message? {
@@ -243,25 +243,28 @@ async fn handle(
             if cols == 0 || rows == 0 {
                 return Err("resize needs cols and rows of at least 1".into());
             }
-            control
+            controls
                 .resize(TtySize { cols, rows })
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.public_message())
         }
         ClientMessage::Signal { signal } => {
             let parsed = Signal::parse(&signal).ok_or_else(|| {
                 format!("unknown signal {signal:?} (allowed: SIGINT, SIGTERM, SIGKILL, SIGHUP)")
             })?;
-            control.signal(parsed).await.map_err(|e| e.to_string())
+            controls
+                .signal(parsed)
+                .await
+                .map_err(|e| e.public_message())
         }
     }
 }
 
-async fn write_stdin(control: std::sync::Arc<dyn ExecControl>, mut ops: mpsc::Receiver<StdinOp>) {
+async fn write_stdin(controls: ExecControls, mut ops: mpsc::Receiver<StdinOp>) {
     while let Some(op) = ops.recv().await {
         let result = match op {
-            StdinOp::Data(data) => control.write_stdin(data).await,
-            StdinOp::Eof => control.close_stdin().await,
+            StdinOp::Data(data) => controls.write_stdin(data).await,
+            StdinOp::Eof => controls.close_stdin().await,
         };
         if result.is_err() {
             // The command stopped reading (or ended); later input has nowhere to go.
