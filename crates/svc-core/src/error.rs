@@ -107,6 +107,8 @@ pub enum Resource {
     Policy,
     /// A template build.
     Build,
+    /// An audit log entry.
+    AuditEntry,
 }
 
 impl fmt::Display for Resource {
@@ -125,6 +127,7 @@ impl fmt::Display for Resource {
             Resource::Member => "member",
             Resource::Policy => "policy",
             Resource::Build => "build",
+            Resource::AuditEntry => "audit entry",
         })
     }
 }

@@ -1,6 +1,6 @@
 //! Store failures, typed so the control plane can tell a conflict from a broken database.
 
-use svc_core::error::BoxError;
+use svc_core::error::{BoxError, Resource};
 
 /// A store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -8,8 +8,8 @@ pub enum StoreError {
     /// A unique key is taken.
     #[error("{entity} {key:?} already exists")]
     Conflict {
-        /// Table-level name of the thing (`sandbox`, `template`, `tenant`, `policy`).
-        entity: &'static str,
+        /// What kind of thing.
+        entity: Resource,
         /// The key that collided.
         key: String,
     },
@@ -57,16 +57,9 @@ pub enum StoreError {
 /// that cannot serve is 503, anything else is internal (its source kept for the log).
 impl From<StoreError> for svc_core::Error {
     fn from(err: StoreError) -> Self {
-        use svc_core::error::Resource;
         match err {
             StoreError::Conflict { entity, key } => svc_core::Error::AlreadyExists {
-                resource: match entity {
-                    "template" => Resource::Template,
-                    "lease" => Resource::Lease,
-                    "tenant" => Resource::Tenant,
-                    "policy" => Resource::Policy,
-                    _ => Resource::Sandbox,
-                },
+                resource: entity,
                 id: key,
             },
             StoreError::Closed | StoreError::Unavailable { .. } => {
@@ -78,5 +71,30 @@ impl From<StoreError> for svc_core::Error {
             | StoreError::Backend { .. }
             | StoreError::Migration { .. } => svc_core::Error::internal("accessing the store", err),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conflict_names_the_kind_of_thing_that_collided() {
+        for resource in [Resource::Sandbox, Resource::Build, Resource::AuditEntry] {
+            let err = svc_core::Error::from(StoreError::Conflict {
+                entity: resource,
+                key: "k1".into(),
+            });
+            assert!(
+                matches!(&err, svc_core::Error::AlreadyExists { resource: r, id } if *r == resource && id == "k1"),
+                "{err:?}"
+            );
+        }
+        let err = svc_core::Error::from(StoreError::Conflict {
+            entity: Resource::AuditEntry,
+            key: "aud-1".into(),
+        });
+        assert_eq!(err.kind(), svc_core::ErrorKind::Conflict);
+        assert!(err.to_string().starts_with("audit entry"), "{err}");
     }
 }

@@ -17,7 +17,7 @@ use svc_core::access::Role;
 use svc_core::audit::{AuditEntry, AuditFilter, AuditOutcome};
 use svc_core::build::{BuildStatus, TemplateBuild};
 use svc_core::clock::add_duration;
-use svc_core::error::LimitReason;
+use svc_core::error::{LimitReason, Resource};
 use svc_core::quota::{GlobalLimits, QuotaLimits};
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
@@ -310,7 +310,7 @@ async fn sandbox_round_trips(store: &dyn Store) {
         matches!(
             err,
             StoreError::Conflict {
-                entity: "sandbox",
+                entity: Resource::Sandbox,
                 ..
             }
         ),
@@ -558,7 +558,7 @@ async fn template_crud(store: &dyn Store) {
         matches!(
             err,
             StoreError::Conflict {
-                entity: "template",
+                entity: Resource::Template,
                 ..
             }
         ),
@@ -624,7 +624,7 @@ async fn templates_belong_to_tenants(store: &dyn Store) {
         matches!(
             err,
             StoreError::Conflict {
-                entity: "template",
+                entity: Resource::Template,
                 ..
             }
         ),
@@ -734,7 +734,16 @@ async fn template_builds_end_once_and_are_trimmed(store: &dyn Store) {
     let first = build("web", 10);
     store.insert_build(&first, "w1").await.unwrap();
     let err = store.insert_build(&first, "w1").await.unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                entity: Resource::Build,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         store.get_build("web", &first.build_id).await.unwrap(),
         Some(first.clone())
@@ -1864,7 +1873,7 @@ async fn tenant_crud(store: &dyn Store) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::Conflict { entity: "tenant", key } if key == "acme"),
+        matches!(&err, StoreError::Conflict { entity: Resource::Tenant, key } if key == "acme"),
         "{err:?}"
     );
     store.create_tenant(&tenant("beta", at(3))).await.unwrap();
@@ -1996,7 +2005,7 @@ async fn policy_crud_and_order(store: &dyn Store) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::Conflict { entity: "policy", key } if key == "pol-b"),
+        matches!(&err, StoreError::Conflict { entity: Resource::Policy, key } if key == "pol-b"),
         "{err:?}"
     );
     assert_eq!(
@@ -2214,7 +2223,16 @@ async fn audit_log_filters_newest_first(store: &dyn Store) {
         .insert_audit(&audit_entry("aud-1", 99, "x", "acme", "x"))
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                entity: Resource::AuditEntry,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 
     let all = store.list_audit(&audit_filter(100)).await.unwrap();
     assert_eq!(

@@ -2,6 +2,7 @@
 
 use deadpool_postgres::GenericClient;
 use svc_core::audit::{AuditEntry, AuditFilter};
+use svc_core::error::Resource;
 use tokio_postgres::types::ToSql;
 
 use super::codec::{fetch_all, insert, params};
@@ -16,7 +17,7 @@ pub(super) async fn insert_entry<C: GenericClient>(client: &C, row: &AuditRow) -
             "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ),
         &params(&row.values()),
-        ("audit entry", &row.id),
+        (Resource::AuditEntry, &row.id),
     )
     .await
 }

@@ -2,6 +2,7 @@
 
 use deadpool_postgres::GenericClient;
 use svc_core::build::TemplateBuild;
+use svc_core::error::Resource;
 
 use super::codec::{backend, execute, fetch_all, fetch_opt, insert as insert_row, params, query};
 use crate::rows::{micros, BuildRow, BUILD_COLUMNS};
@@ -17,7 +18,7 @@ pub(super) async fn insert<C: GenericClient>(client: &C, row: &BuildRow) -> Stor
         "insert_build",
         &format!("INSERT INTO template_builds ({BUILD_COLUMNS}) VALUES ({placeholders})"),
         &params(&row.values()),
-        ("template build", &row.build_id),
+        (Resource::Build, &row.build_id),
     )
     .await
 }

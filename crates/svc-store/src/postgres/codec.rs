@@ -4,6 +4,7 @@
 //! may hold a password, never reaches an error or a log line.
 
 use deadpool_postgres::{GenericClient, PoolError};
+use svc_core::error::Resource;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
@@ -178,7 +179,7 @@ pub(super) async fn insert<C: GenericClient>(
     operation: &'static str,
     sql: &str,
     params: &Params<'_>,
-    (entity, key): (&'static str, &str),
+    (entity, key): (Resource, &str),
 ) -> StoreResult<()> {
     let statement = prepared(client, operation, sql).await?;
     client.execute(&statement, params).await.map_err(|err| {

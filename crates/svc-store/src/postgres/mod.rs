@@ -21,6 +21,7 @@ pub use migrate::{rehearse, Rehearsal};
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
+use svc_core::error::Resource;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Client, Pool};
@@ -239,7 +240,7 @@ impl Store for PgStore {
             OP,
             &SANDBOX_SQL.insert,
             &params(&row.values()),
-            ("sandbox", &row.id),
+            (Resource::Sandbox, &row.id),
         )
         .await
     }
@@ -293,12 +294,12 @@ impl Store for PgStore {
                 OP,
                 &SANDBOX_SQL.insert,
                 &sandbox_params,
-                ("sandbox", &row.id),
+                (Resource::Sandbox, &row.id),
             ),
         )?;
         if let rows::AcquireRow::Held(_) = lease {
             return Err(StoreError::Conflict {
-                entity: "lease",
+                entity: Resource::Lease,
                 key: row.id.clone(),
             });
         }
@@ -604,7 +605,7 @@ impl Store for PgStore {
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             &params(&row.values()),
-            ("template", &row.name),
+            (Resource::Template, &row.name),
         )
         .await
     }

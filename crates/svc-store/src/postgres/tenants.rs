@@ -2,6 +2,7 @@
 //! members and policies with it in one statement.
 
 use deadpool_postgres::GenericClient;
+use svc_core::error::Resource;
 use svc_core::tenant::{Member, Policy, Tenant};
 
 use super::codec::{backend, execute, fetch_all, fetch_one, fetch_opt, insert, params, query_opt};
@@ -20,7 +21,7 @@ pub(super) async fn create_tenant<C: GenericClient>(
         "create_tenant",
         &format!("INSERT INTO tenants ({TENANT_COLUMNS}) VALUES ($1, $2, $3)"),
         &params(&row.values()),
-        ("tenant", row.id()),
+        (Resource::Tenant, row.id()),
     )
     .await
 }
@@ -143,7 +144,7 @@ pub(super) async fn create_policy<C: GenericClient>(
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ),
         &params(&row.values()),
-        ("policy", &row.id),
+        (Resource::Policy, &row.id),
     )
     .await
 }

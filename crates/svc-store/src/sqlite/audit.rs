@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, ToSql};
 use svc_core::audit::AuditFilter;
+use svc_core::error::Resource;
 
 use super::codec::{backend, conflict_or_backend, read};
 use crate::rows::{audit_list_sql, AuditRow, AuditValue, AUDIT_COLUMNS};
@@ -12,7 +13,11 @@ pub(super) fn insert(conn: &Connection, row: &AuditRow) -> StoreResult<()> {
         "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     ))
     .and_then(|mut stmt| stmt.execute(row.values()))
-    .map_err(conflict_or_backend("insert_audit", "audit entry", &row.id))?;
+    .map_err(conflict_or_backend(
+        "insert_audit",
+        Resource::AuditEntry,
+        &row.id,
+    ))?;
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 use svc_core::build::TemplateBuild;
+use svc_core::error::Resource;
 
 use super::codec::{backend, conflict_or_backend, read};
 use crate::rows::{micros, BuildRow, BUILD_COLUMNS};
@@ -19,7 +20,7 @@ pub(super) fn insert(conn: &Connection, row: &BuildRow) -> StoreResult<()> {
     .map(drop)
     .map_err(conflict_or_backend(
         "insert_build",
-        "template build",
+        Resource::Build,
         &row.build_id,
     ))
 }

@@ -3,6 +3,7 @@
 
 use rusqlite::types::ToSqlOutput;
 use rusqlite::{ErrorCode, Row, ToSql};
+use svc_core::error::Resource;
 
 use crate::rows::{Columns, ReadRow, Value};
 use crate::StoreError;
@@ -67,7 +68,7 @@ pub(super) fn backend(operation: &'static str) -> impl Fn(rusqlite::Error) -> St
 
 pub(super) fn conflict_or_backend<'a>(
     operation: &'static str,
-    entity: &'static str,
+    entity: Resource,
     key: &'a str,
 ) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
     move |err| match err.sqlite_error_code() {

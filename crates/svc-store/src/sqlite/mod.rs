@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
+use svc_core::error::Resource;
 
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, ToSql, TransactionBehavior};
@@ -263,7 +264,7 @@ impl Store for SqliteStore {
                     .and_then(|mut stmt| stmt.execute(row.values()))
                     .map_err(codec::conflict_or_backend(
                         "insert_sandbox",
-                        "sandbox",
+                        Resource::Sandbox,
                         &row.id,
                     ))?;
                 Ok(())
@@ -301,13 +302,13 @@ impl Store for SqliteStore {
                     workers::acquire(&tx, OP, &row.id, &holder, lease_ttl, now)?
                 {
                     return Err(StoreError::Conflict {
-                        entity: "lease",
+                        entity: Resource::Lease,
                         key: row.id.clone(),
                     });
                 }
                 tx.prepare_cached(&INSERT_SANDBOX)
                     .and_then(|mut stmt| stmt.execute(row.values()))
-                    .map_err(codec::conflict_or_backend(OP, "sandbox", &row.id))?;
+                    .map_err(codec::conflict_or_backend(OP, Resource::Sandbox, &row.id))?;
                 tx.commit().map_err(codec::backend(OP))?;
                 Ok(admission)
             })
@@ -638,7 +639,7 @@ impl Store for SqliteStore {
                     &format!("INSERT INTO templates ({TEMPLATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                     row.values(),
                 )
-                .map_err(codec::conflict_or_backend("insert_template", "template", &row.name))?;
+                .map_err(codec::conflict_or_backend("insert_template", Resource::Template, &row.name))?;
                 Ok(())
             })
             .await

@@ -3,6 +3,7 @@
 //! one transaction.
 
 use rusqlite::{Connection, OptionalExtension};
+use svc_core::error::Resource;
 use svc_core::tenant::{Member, Policy, Tenant};
 
 use super::codec::{backend, conflict_or_backend, read};
@@ -18,7 +19,11 @@ pub(super) fn create_tenant(conn: &Connection, tenant: &Tenant) -> StoreResult<(
         "INSERT INTO tenants ({TENANT_COLUMNS}) VALUES (?1, ?2, ?3)"
     ))
     .and_then(|mut stmt| stmt.execute(row.values()))
-    .map_err(conflict_or_backend("create_tenant", "tenant", row.id()))?;
+    .map_err(conflict_or_backend(
+        "create_tenant",
+        Resource::Tenant,
+        row.id(),
+    ))?;
     Ok(())
 }
 
@@ -115,7 +120,11 @@ pub(super) fn create_policy(conn: &Connection, row: &PolicyRow) -> StoreResult<(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     ))
     .and_then(|mut stmt| stmt.execute(row.values()))
-    .map_err(conflict_or_backend("create_policy", "policy", &row.id))?;
+    .map_err(conflict_or_backend(
+        "create_policy",
+        Resource::Policy,
+        &row.id,
+    ))?;
     Ok(())
 }
 
