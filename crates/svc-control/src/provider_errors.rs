@@ -22,6 +22,8 @@ pub(crate) fn classify(provider: &str, operation: &str, err: ProviderError) -> E
             operation: op.to_owned(),
         },
         backend @ (ProviderError::Unavailable { .. }
+        | ProviderError::Engine { .. }
+        | ProviderError::Io { .. }
         | ProviderError::Failed { .. }
         | ProviderError::RuntimeNotFound { .. }) => Error::provider(provider, operation, backend),
     }
@@ -95,9 +97,7 @@ mod tests {
                 ErrorKind::BadRequest,
             ),
             (
-                ProviderError::Unavailable {
-                    message: "engine gone".into(),
-                },
+                ProviderError::unavailable("engine gone"),
                 ErrorKind::ProviderError,
             ),
             (ProviderError::failed("boom"), ErrorKind::ProviderError),

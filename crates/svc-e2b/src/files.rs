@@ -86,8 +86,7 @@ pub(crate) async fn write(
             tokio::sync::mpsc::channel::<Result<bytes::Bytes, ProviderError>>(4);
         let pump = async move {
             while let Some(chunk) = field.chunk().await.transpose() {
-                let chunk =
-                    chunk.map_err(|e| ProviderError::failed(format!("reading the upload: {e}")));
+                let chunk = chunk.map_err(|e| ProviderError::caused("reading the upload", e));
                 let failed = chunk.is_err();
                 if sender.send(chunk).await.is_err() || failed {
                     break;
@@ -142,7 +141,8 @@ fn entry(path: &str) -> Value {
 }
 
 fn body_stream(body: Body) -> ByteStream {
-    Box::pin(body.into_data_stream().map(|chunk| {
-        chunk.map_err(|e| ProviderError::failed(format!("reading the request body: {e}")))
-    }))
+    Box::pin(
+        body.into_data_stream()
+            .map(|chunk| chunk.map_err(|e| ProviderError::caused("reading the request body", e))),
+    )
 }

@@ -15,7 +15,10 @@ impl From<svc_process::ProcessError> for ProviderError {
                     message: err.to_string(),
                 }
             }
-            E::Io { .. } => ProviderError::failed(err.to_string()),
+            E::Io { .. } => ProviderError::Failed {
+                message: err.to_string(),
+                source: Some(std::sync::Arc::new(err)),
+            },
         }
     }
 }

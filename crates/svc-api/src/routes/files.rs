@@ -154,9 +154,7 @@ async fn write(
 pub(crate) fn body_stream(body: Body) -> svc_control::ByteStream {
     use futures::StreamExt;
     Box::pin(body.into_data_stream().map(|chunk| {
-        chunk.map_err(|e| {
-            svc_control::ProviderError::failed(format!("reading the request body: {e}"))
-        })
+        chunk.map_err(|e| svc_control::ProviderError::caused("reading the request body", e))
     }))
 }
 

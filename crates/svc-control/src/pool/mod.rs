@@ -318,7 +318,7 @@ impl Pool {
                 self.clock.now(),
             )
             .await
-            .map_err(|e| ProviderError::failed(format!("taking the pool VM's lease: {e}")))?;
+            .map_err(|e| ProviderError::caused("taking the pool VM's lease", e))?;
         if let svc_core::worker::LeaseAcquire::Held(held) = lease {
             return Err(ProviderError::failed(format!(
                 "pool VM {vm} is leased by worker {}",
@@ -394,7 +394,7 @@ impl Pool {
                     .store
                     .get_sandbox(&id)
                     .await
-                    .map_err(|e| ProviderError::failed(format!("reading sandbox {id}: {e}")))?;
+                    .map_err(|e| ProviderError::caused(format!("reading sandbox {id}"), e))?;
                 match record.filter(|r| r.holds_runtime()) {
                     Some(record) => {
                         seats.insert(

@@ -148,7 +148,7 @@ pub(crate) fn resolved(
     printed: &str,
 ) -> Result<SandboxPath, ProviderError> {
     SandboxPath::parse(&format!("{workspace}{printed}"))
-        .map_err(|e| ProviderError::failed(format!("resolving a workspace path: {e}")))
+        .map_err(|e| ProviderError::caused("resolving a workspace path", e))
 }
 
 /// A resolved path that may not be the workspace itself (writes, deletes, moves).

@@ -129,18 +129,14 @@ impl Provider for FaultyProvider {
 
     async fn destroy(&self, id: &SandboxId) -> Result<(), ProviderError> {
         if *self.destroy_fails.lock().unwrap() {
-            return Err(ProviderError::Unavailable {
-                message: "injected destroy failure".into(),
-            });
+            return Err(ProviderError::unavailable("injected destroy failure"));
         }
         self.inner.destroy(id).await
     }
 
     async fn status(&self, id: &SandboxId) -> Result<RuntimeStatus, ProviderError> {
         if *self.destroy_fails.lock().unwrap() {
-            return Err(ProviderError::Unavailable {
-                message: "injected status failure".into(),
-            });
+            return Err(ProviderError::unavailable("injected status failure"));
         }
         match self.inner.status(id).await? {
             RuntimeStatus::Running if self.has_stopped(id) => Ok(RuntimeStatus::Stopped),
@@ -166,6 +162,14 @@ impl Provider for FaultyProvider {
 
     async fn claim(&self, warm: &SandboxId, id: &SandboxId) -> Result<(), ProviderError> {
         self.inner.claim(warm, id).await
+    }
+
+    async fn exec(
+        &self,
+        id: &SandboxId,
+        spec: svc_provider::ExecSpec,
+    ) -> Result<svc_provider::ExecSession, ProviderError> {
+        self.inner.exec(id, spec).await
     }
 
     async fn connect(

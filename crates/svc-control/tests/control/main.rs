@@ -895,3 +895,42 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     alive.sort();
     assert_eq!(fx.runtimes(), alive);
 }
+
+/// A refused control of a running exec (resizing a command that has no terminal) is the
+/// caller's 400 through the one classification of provider failures, as for any other call on
+/// the sandbox, not a 500 from the backend.
+#[tokio::test]
+async fn a_refused_exec_control_is_the_callers_error() {
+    let fx = Fixture::new().await;
+    let sandbox = fx.spawn().await.unwrap();
+    let admin = fx.admin();
+    let id = sandbox.id.as_str();
+    let exec_id = fx
+        .plane
+        .exec_background(
+            &admin,
+            id,
+            svc_control::ExecCommand {
+                command: "sleep 300".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let exec_id = exec_id.as_str();
+    let resized = fx
+        .plane
+        .resize_exec(
+            &admin,
+            id,
+            exec_id,
+            svc_control::TtySize {
+                cols: 100,
+                rows: 40,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(resized.kind(), ErrorKind::BadRequest, "{resized}");
+    fx.plane.kill_exec(&admin, id, exec_id).await.unwrap();
+}

@@ -27,12 +27,10 @@ pub trait Connector: Send + Sync + 'static {
 }
 
 fn unreachable(path: &std::path::Path, err: &dyn std::fmt::Display) -> ProviderError {
-    ProviderError::Unavailable {
-        message: format!(
-            "the guest agent at {} is unreachable: {err}",
-            path.display()
-        ),
-    }
+    ProviderError::unavailable(format!(
+        "the guest agent at {} is unreachable: {err}",
+        path.display()
+    ))
 }
 
 /// An agent listening on a Unix socket.

@@ -56,10 +56,10 @@ pub struct AgentClient {
 
 fn protocol(err: svc_agent_proto::ProtocolError) -> ProviderError {
     match err {
-        svc_agent_proto::ProtocolError::Io(io) => ProviderError::Unavailable {
-            message: format!("the guest agent is unreachable: {io}"),
-        },
-        other => ProviderError::failed(format!("guest agent: {other}")),
+        svc_agent_proto::ProtocolError::Io(io) => {
+            ProviderError::unavailable(format!("the guest agent is unreachable: {io}"))
+        }
+        other => ProviderError::caused("guest agent", other),
     }
 }
 
@@ -129,9 +129,9 @@ impl AgentClient {
                 Some(Ok(_)) => continue,
                 Some(Err(err)) => return Err(protocol(err)),
                 None => {
-                    return Err(ProviderError::Unavailable {
-                        message: "the guest agent closed the connection".into(),
-                    })
+                    return Err(ProviderError::unavailable(
+                        "the guest agent closed the connection",
+                    ))
                 }
             }
         }
@@ -226,10 +226,9 @@ impl AgentClient {
         });
         let exit = async move {
             exit_rx.await.unwrap_or_else(|_| {
-                Err(ProviderError::Unavailable {
-                    message: "the guest agent closed the connection before the command ended"
-                        .into(),
-                })
+                Err(ProviderError::unavailable(
+                    "the guest agent closed the connection before the command ended",
+                ))
             })
         }
         .boxed();
@@ -422,9 +421,9 @@ impl AgentClient {
                     },
                     Some(Err(err)) => Some((Err(protocol(err)), None)),
                     None => Some((
-                        Err(ProviderError::Unavailable {
-                            message: "the guest agent closed the connection mid-file".into(),
-                        }),
+                        Err(ProviderError::unavailable(
+                            "the guest agent closed the connection mid-file",
+                        )),
                         None,
                     )),
                 }
@@ -523,9 +522,9 @@ async fn demultiplex(
             () = abandoned(&output, &mut exit) => return,
         };
         let Some(frame) = frame else {
-            break Err(ProviderError::Unavailable {
-                message: "the guest agent closed the connection before the command ended".into(),
-            });
+            break Err(ProviderError::unavailable(
+                "the guest agent closed the connection before the command ended",
+            ));
         };
         let frame = match frame {
             Ok(frame) => frame,

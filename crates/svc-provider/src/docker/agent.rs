@@ -257,8 +257,8 @@ impl crate::agent::Connector for ContainerConnector {
         use std::sync::atomic::Ordering;
         let stream = tokio::net::UnixStream::connect(&self.path)
             .await
-            .map_err(|e| ProviderError::Unavailable {
-                message: format!("the sandbox's agent is unreachable: {e}"),
+            .map_err(|e| {
+                ProviderError::unavailable(format!("the sandbox's agent is unreachable: {e}"))
             })?;
         let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
         let Some(peer) = peer.filter(|pid| *pid > 0) else {
@@ -509,12 +509,15 @@ pub(super) async fn make_dir(
         Ok(())
     })
     .await
-    .map_err(|e| ProviderError::failed(e.to_string()))?
+    .map_err(|e| ProviderError::caused("making the agent socket directory", e))?
     .map_err(|e| {
-        ProviderError::failed(format!(
-            "making the agent socket directory {} (providers.docker.agent_socket_dir): {e}",
-            dir.display()
-        ))
+        ProviderError::io(
+            format!(
+                "making the agent socket directory {} (providers.docker.agent_socket_dir)",
+                dir.display()
+            ),
+            e,
+        )
     })?;
     Ok(dir)
 }

@@ -45,7 +45,7 @@ impl ImageBuilder for DockerProvider {
                 bollard::errors::Error::DockerStreamError { error } => {
                     ProviderError::failed(error.trim_end().to_owned())
                 }
-                err => engine_error("building the image", &err),
+                err => engine_error("building the image", err),
             })?;
             if let Some(text) = message.stream.filter(|t| !t.is_empty()) {
                 match step_line(&text) {
@@ -87,7 +87,7 @@ impl ImageBuilder for DockerProvider {
             Ok(_) => Ok(true),
             Err(err) if status_of(&err) == Some(404) => Ok(true),
             Err(err) if status_of(&err) == Some(409) => Ok(false),
-            Err(err) => Err(engine_error(&format!("removing image {image}"), &err)),
+            Err(err) => Err(engine_error(&format!("removing image {image}"), err)),
         }
     }
 }

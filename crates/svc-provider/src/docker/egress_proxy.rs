@@ -79,9 +79,7 @@ impl EgressProxy {
         }
         let address = SocketAddr::new(gateway, self.port);
         let listener = TcpListener::bind(address).await.map_err(|e| {
-            ProviderError::failed(format!(
-                "the egress proxy cannot listen on {address} (providers.docker.egress_proxy_port): {e}"
-            ))
+            ProviderError::caused(format!("the egress proxy cannot listen on {address} (providers.docker.egress_proxy_port)"), e)
         })?;
         let sandboxes = Arc::clone(&self.sandboxes);
         let allow_host = self.allow_host;

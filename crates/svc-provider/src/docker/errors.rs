@@ -13,28 +13,35 @@ pub(super) fn status_of(err: &DockerError) -> Option<u16> {
     }
 }
 
-/// Maps an engine error during `operation`.
-pub(super) fn engine_error(operation: &str, err: &DockerError) -> ProviderError {
+/// Maps an engine error during `operation`: the engine's own answer is [`ProviderError::Engine`]
+/// with its status; an engine that cannot be reached is `Unavailable`, the client's error kept.
+pub(super) fn engine_error(operation: &str, err: DockerError) -> ProviderError {
     match err {
-        DockerError::DockerResponseServerError { message, .. } => {
-            ProviderError::failed(format!("{operation}: {message}"))
-        }
-        DockerError::RequestTimeoutError => ProviderError::Unavailable {
-            message: format!("{operation}: the Docker engine did not answer in time"),
+        DockerError::DockerResponseServerError {
+            status_code,
+            message,
+        } => ProviderError::Engine {
+            operation: operation.to_owned(),
+            status: status_code,
+            message,
         },
+        DockerError::RequestTimeoutError => ProviderError::unavailable(format!(
+            "{operation}: the Docker engine did not answer in time"
+        )),
         DockerError::HyperResponseError { .. }
         | DockerError::IOError { .. }
         | DockerError::HyperLegacyError { .. }
         | DockerError::SocketNotFoundError(_) => ProviderError::Unavailable {
             message: format!("{operation}: cannot reach the Docker engine: {err}"),
+            source: Some(std::sync::Arc::new(err)),
         },
-        other => ProviderError::failed(format!("{operation}: {other}")),
+        other => ProviderError::caused(operation, other),
     }
 }
 
 /// Maps an error on a container call: 404 is a missing runtime.
-pub(super) fn container_error(id: &str, operation: &str, err: &DockerError) -> ProviderError {
-    if status_of(err) == Some(404) {
+pub(super) fn container_error(id: &str, operation: &str, err: DockerError) -> ProviderError {
+    if status_of(&err) == Some(404) {
         return ProviderError::RuntimeNotFound { id: id.to_owned() };
     }
     engine_error(operation, err)

@@ -51,7 +51,7 @@ impl DockerControl {
             .docker
             .inspect_exec(&self.exec_id)
             .await
-            .map_err(|e| engine_error("inspecting the exec", &e))?;
+            .map_err(|e| engine_error("inspecting the exec", e))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut pause = Duration::from_millis(2);
         let started = |i: &bollard::models::ExecInspectResponse| {
@@ -69,7 +69,7 @@ impl DockerControl {
                 .docker
                 .inspect_exec(&self.exec_id)
                 .await
-                .map_err(|e| engine_error("inspecting the exec", &e))?;
+                .map_err(|e| engine_error("inspecting the exec", e))?;
         }
         if inspect.running != Some(true) {
             return Ok(None);
@@ -103,7 +103,7 @@ pub(super) async fn reattach(
     let inspect = match docker.inspect_exec(exec_id).await {
         Ok(inspect) => inspect,
         Err(err) if status_of(&err) == Some(404) => return Ok((ExecState::Gone, None)),
-        Err(err) => return Err(engine_error("inspecting the exec", &err)),
+        Err(err) => return Err(engine_error("inspecting the exec", err)),
     };
     let state = match (inspect.running, inspect.exit_code) {
         (Some(true), _) => ExecState::Running,
@@ -242,7 +242,7 @@ async fn resize(docker: &Docker, exec_id: &str, size: TtySize) -> Result<(), Pro
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     match last {
-        Some(err) => Err(engine_error("resizing the terminal", &err)),
+        Some(err) => Err(engine_error("resizing the terminal", err)),
         None => Ok(()),
     }
 }
@@ -253,7 +253,7 @@ async fn exit_code(docker: &Docker, exec_id: &str) -> Result<ExitStatus, Provide
         let inspect = docker
             .inspect_exec(exec_id)
             .await
-            .map_err(|e| engine_error("inspecting the exec", &e))?;
+            .map_err(|e| engine_error("inspecting the exec", e))?;
         if inspect.running != Some(true) {
             let code = inspect.exit_code.unwrap_or(-1);
             return Ok(ExitStatus {
@@ -332,7 +332,7 @@ pub(super) async fn start(
                     message: format!("cannot run commands: {message}"),
                 })
             }
-            Err(other) => return Err(container_error(sandbox_id, "creating the exec", &other)),
+            Err(other) => return Err(container_error(sandbox_id, "creating the exec", other)),
         }
     };
     // Known to pauses from before its start: the start may still be under way when the
@@ -351,7 +351,7 @@ pub(super) async fn start(
     let Ok(StartExecResults::Attached { mut output, input }) = started else {
         gate.settled(&created.id);
         return Err(match started {
-            Err(e) => engine_error("starting the exec", &e),
+            Err(e) => engine_error("starting the exec", e),
             Ok(_) => ProviderError::failed("the engine detached the exec"),
         });
     };
@@ -382,7 +382,7 @@ pub(super) async fn start(
                 Ok(LogOutput::StdIn { .. }) => continue,
                 Err(err) => {
                     let _ = sender
-                        .send(Err(engine_error("reading exec output", &err)))
+                        .send(Err(engine_error("reading exec output", err)))
                         .await;
                     break;
                 }

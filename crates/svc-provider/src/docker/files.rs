@@ -61,7 +61,7 @@ async fn stat_raw(
         Err(err) if status_of(&err) == Some(400) => Err(ProviderError::InvalidRequest {
             message: format!("{path}: {err}"),
         }),
-        Err(err) => Err(engine_error("stat", &err)),
+        Err(err) => Err(engine_error("stat", err)),
     }
 }
 
@@ -190,7 +190,7 @@ impl UploadBase {
                 Some(400) => ProviderError::InvalidRequest {
                     message: format!("{path}: {e}"),
                 },
-                _ => engine_error("writing a file", &e),
+                _ => engine_error("writing a file", e),
             })
     }
 }
@@ -263,10 +263,10 @@ pub(super) async fn write(
 /// Copies content of unknown length to an unnamed host file to learn its size (the archive
 /// header comes first), then streams it back: memory stays flat whatever the size.
 async fn spool(mut content: ByteStream) -> Result<Upload, ProviderError> {
-    let spool_error = |e: std::io::Error| ProviderError::failed(format!("spooling an upload: {e}"));
+    let spool_error = |e: std::io::Error| ProviderError::io("spooling an upload", e);
     let file = tokio::task::spawn_blocking(tempfile::tempfile)
         .await
-        .map_err(|e| ProviderError::failed(format!("spooling an upload: {e}")))?
+        .map_err(|e| ProviderError::caused("spooling an upload", e))?
         .map_err(spool_error)?;
     let mut file = tokio::fs::File::from_std(file);
     let mut size = 0u64;
@@ -309,7 +309,7 @@ pub(super) async fn read_archive(
     let options = DownloadFromContainerOptions { path: inside };
     let stream = docker
         .download_from_container(container, Some(options))
-        .map(|chunk| chunk.map_err(|e| engine_error("reading a directory", &e)));
+        .map(|chunk| chunk.map_err(|e| engine_error("reading a directory", e)));
     Ok(Box::pin(stream))
 }
 
@@ -352,7 +352,7 @@ pub(super) async fn read(
         };
         let stream = docker
             .download_from_container(container, Some(options))
-            .map(|chunk| chunk.map_err(|e| engine_error("reading a file", &e)));
+            .map(|chunk| chunk.map_err(|e| engine_error("reading a file", e)));
         let mut reader = TarReader::new(Box::pin(stream));
         let entry = match reader.first_entry().await {
             Ok(Some(entry)) => entry,
@@ -361,9 +361,12 @@ pub(super) async fn read(
                     path: path.to_string(),
                 })
             }
-            Err(ProviderError::Failed { message })
-                if message.contains("No such container:path")
-                    || message.contains("Could not find the file") =>
+            Err(ProviderError::Engine {
+                status: 404,
+                message,
+                ..
+            }) if message.contains("No such container:path")
+                || message.contains("Could not find the file") =>
             {
                 return Err(ProviderError::FileNotFound {
                     path: path.to_string(),

@@ -103,9 +103,7 @@ impl Gate {
                         self.settled(&exec_id);
                         break;
                     }
-                    Err(err) => {
-                        return Err(engine_error("inspecting an exec before pausing", &err))
-                    }
+                    Err(err) => return Err(engine_error("inspecting an exec before pausing", err)),
                 };
                 let ended = inspect.exit_code.is_some() && inspect.running != Some(true);
                 let running = inspect.running == Some(true) && inspect.pid.is_some_and(|p| p > 0);

@@ -181,8 +181,11 @@ impl DockerProvider {
         {
             return Ok(client);
         }
-        let unavailable = |e: &dyn std::fmt::Display| ProviderError::Unavailable {
-            message: format!("cannot reach the Docker engine at {}: {e}", self.endpoint),
+        let unavailable = |e: &dyn std::fmt::Display| {
+            ProviderError::unavailable(format!(
+                "cannot reach the Docker engine at {}: {e}",
+                self.endpoint
+            ))
         };
         let docker = if let Some(path) = self.endpoint.strip_prefix("unix://") {
             Docker::connect_with_socket(path, ENGINE_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
@@ -221,7 +224,7 @@ impl DockerProvider {
         match docker.inspect_image(image).await {
             Ok(_) => return Ok(false),
             Err(err) if status_of(&err) == Some(404) => {}
-            Err(err) => return Err(engine_error("inspecting the image", &err)),
+            Err(err) => return Err(engine_error("inspecting the image", err)),
         }
         tracing::info!(image, "pulling image");
         let options = CreateImageOptions {
@@ -233,7 +236,7 @@ impl DockerProvider {
             let mut tally = PullTally::default();
             while let Some(message) = pull.next().await {
                 let message =
-                    message.map_err(|e| engine_error(&format!("pulling image {image}"), &e))?;
+                    message.map_err(|e| engine_error(&format!("pulling image {image}"), e))?;
                 if let Some(error) = message.error_detail.and_then(|d| d.message) {
                     return Err(ProviderError::failed(format!(
                         "pulling image {image}: {error}"
@@ -366,7 +369,7 @@ impl DockerProvider {
             docker
                 .inspect_image(&spec.image)
                 .await
-                .map_err(|e| engine_error("inspecting the image", &e))?
+                .map_err(|e| engine_error("inspecting the image", e))?
                 .config
                 .and_then(|c| c.user)
                 .unwrap_or_default()
@@ -391,7 +394,7 @@ impl DockerProvider {
         let inspected = docker
             .inspect_image(image)
             .await
-            .map_err(|e| engine_error("inspecting the image", &e))?;
+            .map_err(|e| engine_error("inspecting the image", e))?;
         inspected
             .id
             .ok_or_else(|| ProviderError::failed(format!("the engine reported no ID for {image}")))
@@ -420,12 +423,12 @@ impl DockerProvider {
         docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| engine_error("creating the export container", &e))?;
+            .map_err(|e| engine_error("creating the export container", e))?;
         let exported = async {
             let mut file = tokio::fs::File::create(out).await?;
             let mut stream = docker.export_container(&name);
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| engine_error("exporting the image", &e))?;
+                let chunk = chunk.map_err(|e| engine_error("exporting the image", e))?;
                 file.write_all(&chunk).await?;
             }
             file.flush().await?;
@@ -443,7 +446,7 @@ impl DockerProvider {
             .await?
             .inspect_container(name, None)
             .await
-            .map_err(|e| container_error(name, "inspecting the container", &e))?;
+            .map_err(|e| container_error(name, "inspecting the container", e))?;
         Ok(inspect.state.and_then(|s| s.paused) == Some(true))
     }
 
@@ -465,7 +468,7 @@ impl DockerProvider {
             .await?
             .inspect_container(&name, None)
             .await
-            .map_err(|e| container_error(id.as_str(), "inspecting the container", &e))?;
+            .map_err(|e| container_error(id.as_str(), "inspecting the container", e))?;
         let host_network = inspect
             .host_config
             .and_then(|h| h.network_mode)
@@ -503,7 +506,7 @@ impl DockerProvider {
             Err(err) if status_of(&err) == Some(404) => Ok(()),
             // Already being removed by a concurrent call.
             Err(err) if status_of(&err) == Some(409) => Ok(()),
-            Err(err) => Err(engine_error("removing the container", &err)),
+            Err(err) => Err(engine_error("removing the container", err)),
         }
     }
 
@@ -532,7 +535,7 @@ impl DockerProvider {
                 None::<bollard::query_parameters::InspectNetworkOptions>,
             )
             .await
-            .map_err(|e| engine_error(&format!("inspecting network {network}"), &e))?
+            .map_err(|e| engine_error(&format!("inspecting network {network}"), e))?
             .ipam
             .and_then(|ipam| ipam.config)
             .unwrap_or_default();
@@ -552,7 +555,7 @@ impl DockerProvider {
                 .insert(key.to_owned(), "localhost,127.0.0.1,::1".to_owned());
         }
         let label = serde_json::to_string(&spec.egress)
-            .map_err(|e| ProviderError::failed(e.to_string()))?;
+            .map_err(|e| ProviderError::caused("encoding the egress policy", e))?;
         spec.labels
             .insert(egress_proxy::LABEL_EGRESS.to_owned(), label);
         Ok((spec, gateway))
@@ -630,7 +633,7 @@ impl DockerProvider {
         docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| engine_error("creating the container", &e))?;
+            .map_err(|e| engine_error("creating the container", e))?;
         if let Err(err) = docker.start_container(name, None).await {
             let message = err.to_string();
             // An image without a shell cannot run the keep-alive loop; the container stays
@@ -642,13 +645,13 @@ impl DockerProvider {
                 tracing::warn!(sandbox_id = %spec.id, image = %spec.image, "image has no /bin/sh; container left created, exec is unavailable");
                 return Ok(pulled);
             }
-            return Err(engine_error("starting the container", &err));
+            return Err(engine_error("starting the container", err));
         }
         if let agent::Route::Agent { client, .. } = &route {
             let init = docker
                 .inspect_container(name, None)
                 .await
-                .map_err(|e| engine_error("inspecting the container", &e))?
+                .map_err(|e| engine_error("inspecting the container", e))?
                 .state
                 .and_then(|s| s.pid);
             route.started(init.unwrap_or_default());
@@ -659,7 +662,7 @@ impl DockerProvider {
             let inspect = docker
                 .inspect_container(name, None)
                 .await
-                .map_err(|e| engine_error("inspecting the container", &e))?;
+                .map_err(|e| engine_error("inspecting the container", e))?;
             let pid = inspect
                 .state
                 .and_then(|s| s.pid)
@@ -748,8 +751,13 @@ impl Provider for DockerProvider {
             .ping()
             .await
             .map(drop)
-            .map_err(|e| match engine_error("ping", &e) {
-                ProviderError::Failed { message } => ProviderError::Unavailable { message },
+            .map_err(|e| match engine_error("ping", e) {
+                failed @ (ProviderError::Engine { .. } | ProviderError::Failed { .. }) => {
+                    ProviderError::Unavailable {
+                        message: failed.to_string(),
+                        source: Some(std::sync::Arc::new(failed)),
+                    }
+                }
                 other => other,
             })
     }
@@ -786,7 +794,7 @@ impl Provider for DockerProvider {
         docker
             .rename_container(&container_name(warm), options)
             .await
-            .map_err(|e| container_error(warm.as_str(), "renaming the warm container", &e))?;
+            .map_err(|e| container_error(warm.as_str(), "renaming the warm container", e))?;
         self.gates.forget(&container_name(warm));
         self.routes.forget(&container_name(warm));
         self.routes.insert(&docker, &container_name(id), id, route);
@@ -826,7 +834,7 @@ impl Provider for DockerProvider {
                 RuntimeStatus::Stopped
             }),
             Err(err) if status_of(&err) == Some(404) => Ok(RuntimeStatus::Missing),
-            Err(err) => Err(engine_error("inspecting the container", &err)),
+            Err(err) => Err(engine_error("inspecting the container", err)),
         }
     }
 
@@ -862,7 +870,7 @@ impl Provider for DockerProvider {
                 *paused = true;
                 Ok(())
             }
-            Err(err) => Err(container_error(id.as_str(), "pausing the container", &err)),
+            Err(err) => Err(container_error(id.as_str(), "pausing the container", err)),
         }
     }
 
@@ -893,7 +901,7 @@ impl Provider for DockerProvider {
                 *paused = false;
                 Ok(())
             }
-            Err(err) => Err(container_error(id.as_str(), "resuming the container", &err)),
+            Err(err) => Err(container_error(id.as_str(), "resuming the container", err)),
         }
     }
 
@@ -912,7 +920,7 @@ impl Provider for DockerProvider {
         let containers = docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| engine_error("listing containers", &e))?;
+            .map_err(|e| engine_error("listing containers", e))?;
         self.resume_egress_proxy(&docker, &containers).await;
         self.resume_agents(&docker, &containers).await;
         let mut runtimes: Vec<RuntimeInfo> = containers
@@ -954,7 +962,7 @@ impl Provider for DockerProvider {
         let docker = self.client().await?;
         logs_tail(&docker, &container_name(id), lines)
             .await
-            .map_err(|e| container_error(id.as_str(), "reading logs", &e))
+            .map_err(|e| container_error(id.as_str(), "reading logs", e))
     }
 
     fn runs_exec_as_user(&self) -> bool {
@@ -1181,7 +1189,7 @@ impl DockerProvider {
                 inspect.state.and_then(|s| s.pid),
             ))),
             Err(err) if status_of(&err) == Some(404) => Ok(None),
-            Err(err) => Err(engine_error("inspecting the container", &err)),
+            Err(err) => Err(engine_error("inspecting the container", err)),
         }
     }
 
@@ -1351,6 +1359,6 @@ async fn check_network_exists(docker: &Docker, network: Option<&str>) -> Result<
             field: "network",
             message: format!("network {network:?} does not exist on the Docker engine"),
         }),
-        Err(err) => Err(engine_error(&format!("inspecting network {network}"), &err)),
+        Err(err) => Err(engine_error(&format!("inspecting network {network}"), err)),
     }
 }

@@ -26,7 +26,7 @@ pub(super) async fn sample(
         .next()
         .await
         .ok_or_else(|| ProviderError::failed("reading container stats: the engine sent none"))?
-        .map_err(|e| container_error(sandbox_id, "reading container stats", &e))?;
+        .map_err(|e| container_error(sandbox_id, "reading container stats", e))?;
     Ok(reduce(&response, SystemClock.now()))
 }
 

@@ -24,8 +24,8 @@ fn tar_error(message: impl std::fmt::Display) -> ProviderError {
     ProviderError::failed(format!("reading the engine's archive: {message}"))
 }
 
-fn build_error(e: &std::io::Error) -> ProviderError {
-    ProviderError::failed(format!("building the upload: {e}"))
+fn build_error(e: std::io::Error) -> ProviderError {
+    ProviderError::io("building the upload", e)
 }
 
 fn header(kind: tar::EntryType, mode: u32, size: u64, mtime: u64) -> tar::Header {
@@ -46,7 +46,7 @@ fn with_dirs(dirs: &[String], mtime: u64) -> Result<tar::Builder<Vec<u8>>, Provi
         let mut header = header(tar::EntryType::Directory, 0o755, 0, mtime);
         builder
             .append_data(&mut header, format!("{dir}/"), std::io::empty())
-            .map_err(|e| build_error(&e))?;
+            .map_err(build_error)?;
     }
     Ok(builder)
 }
@@ -56,7 +56,7 @@ pub(super) fn dirs_archive(dirs: &[String], mtime: u64) -> Result<Bytes, Provide
     with_dirs(dirs, mtime)?
         .into_inner()
         .map(Bytes::from)
-        .map_err(|e| build_error(&e))
+        .map_err(build_error)
 }
 
 /// The start of an upload archive: `dirs`, then the header of the file at `file` with `mode`
@@ -73,8 +73,8 @@ fn archive_head(
     let mut header = header(tar::EntryType::Regular, mode, size, mtime);
     builder
         .append_data(&mut header, file, std::io::empty())
-        .map_err(|e| build_error(&e))?;
-    let mut head = builder.into_inner().map_err(|e| build_error(&e))?;
+        .map_err(build_error)?;
+    let mut head = builder.into_inner().map_err(build_error)?;
     // `into_inner` ends the archive; the file's bytes and the end come later.
     head.truncate(head.len() - 2 * BLOCK);
     Ok(head)

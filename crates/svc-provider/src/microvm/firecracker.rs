@@ -226,8 +226,8 @@ impl FirecrackerVmm {
             Ok::<_, std::io::Error>(())
         })
         .await
-        .map_err(|e| ProviderError::failed(format!("preparing the VM's files: {e}")))?
-        .map_err(|e| ProviderError::failed(format!("preparing the VM's files: {e}")))
+        .map_err(|e| ProviderError::caused("preparing the VM's files", e))?
+        .map_err(|e| ProviderError::io("preparing the VM's files", e))
     }
 
     async fn wait_for_api(&self, process: &mut Child, spec: &VmSpec) -> Result<(), ProviderError> {
@@ -264,9 +264,7 @@ impl Vmm for FirecrackerVmm {
         let (console, log) = match (console, log) {
             (Ok(console), Ok(log)) => (console, log),
             (Err(e), _) | (_, Err(e)) => {
-                return Err(ProviderError::failed(format!(
-                    "creating the VM's logs: {e}"
-                )))
+                return Err(ProviderError::io("creating the VM's logs", e))
             }
         };
         let mut process = Command::new(&self.firecracker)
@@ -277,7 +275,7 @@ impl Vmm for FirecrackerVmm {
             .stdout(Stdio::from(console))
             .stderr(Stdio::from(log))
             .spawn()
-            .map_err(|e| spawn_error(&self.firecracker, &e))?;
+            .map_err(|e| spawn_error(&self.firecracker, e))?;
         let configured = match self.wait_for_api(&mut process, spec).await {
             Ok(()) => tokio::time::timeout(
                 spec.boot_timeout,

@@ -68,14 +68,11 @@ impl RootfsCache {
     ) -> Result<(Source, String), ProviderError> {
         let source = Path::new(image);
         if !source.is_absolute() {
-            let docker = self
-                .docker
-                .as_ref()
-                .ok_or_else(|| ProviderError::Unavailable {
-                    message: format!(
-                        "image {image:?} needs the Docker engine, which is not set up"
-                    ),
-                })?;
+            let docker = self.docker.as_ref().ok_or_else(|| {
+                ProviderError::unavailable(format!(
+                    "image {image:?} needs the Docker engine, which is not set up"
+                ))
+            })?;
             let id = docker.image_id(image, progress).await?;
             return Ok((Source::Docker(image.to_owned()), id));
         }
@@ -87,7 +84,7 @@ impl RootfsCache {
             let dir = source.to_path_buf();
             let listing = tokio::task::spawn_blocking(move || tree_listing(&dir))
                 .await
-                .map_err(|e| ProviderError::failed(format!("reading image {image:?}: {e}")))?
+                .map_err(|e| ProviderError::caused(format!("reading image {image:?}"), e))?
                 .map_err(|e| invalid(format!("image {image:?}: {e}")))?;
             Ok((
                 Source::Dir(source.to_path_buf()),
@@ -140,7 +137,8 @@ impl RootfsCache {
             size,
             created_at: chrono::Utc::now(),
         };
-        let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
+        let json = serde_json::to_vec(&record)
+            .map_err(|e| ProviderError::caused("encoding the runtime record", e))?;
         tokio::fs::write(disk.with_extension("json"), json).await?;
         Ok(disk)
     }
@@ -224,7 +222,7 @@ async fn unpack(image: &str, tarball: PathBuf, work: &Path) -> Result<PathBuf, P
         archive.unpack(&into)
     })
     .await
-    .map_err(|e| ProviderError::failed(format!("unpacking {image}: {e}")))?
+    .map_err(|e| ProviderError::caused(format!("unpacking {image}"), e))?
     .map_err(|e| invalid(format!("image {image:?} does not unpack: {e}")))?;
     Ok(target)
 }

@@ -288,33 +288,34 @@ impl MicrovmProvider {
     /// The kernel and the initramfs (agent and modules), built once per process from the
     /// configured agent and the `modules/` directory beside the kernel.
     async fn boot_files(&self) -> Result<BootFiles, ProviderError> {
-        let initramfs = self
-            .initramfs
-            .get_or_try_init(|| async {
-                let modules = self
-                    .kernel_path
-                    .parent()
-                    .unwrap_or(Path::new("/"))
-                    .join("modules");
-                let (agent, path) = (
-                    self.agent_path.clone(),
-                    self.data_dir.join("initramfs.cpio"),
-                );
-                tokio::fs::create_dir_all(&self.data_dir).await?;
-                let image =
-                    tokio::task::spawn_blocking(move || super::initramfs::build(&agent, &modules))
-                        .await
-                        .map_err(|e| ProviderError::failed(format!("building the initramfs: {e}")))?
-                        .map_err(|e| {
-                            ProviderError::failed(format!(
-                                "building the initramfs from {}: {e}",
-                                self.agent_path.display()
-                            ))
-                        })?;
-                tokio::fs::write(&path, image).await?;
-                Ok::<_, ProviderError>(path)
-            })
-            .await?;
+        let initramfs =
+            self.initramfs
+                .get_or_try_init(|| async {
+                    let modules = self
+                        .kernel_path
+                        .parent()
+                        .unwrap_or(Path::new("/"))
+                        .join("modules");
+                    let (agent, path) = (
+                        self.agent_path.clone(),
+                        self.data_dir.join("initramfs.cpio"),
+                    );
+                    tokio::fs::create_dir_all(&self.data_dir).await?;
+                    let image = tokio::task::spawn_blocking(move || {
+                        super::initramfs::build(&agent, &modules)
+                    })
+                    .await
+                    .map_err(|e| ProviderError::caused("building the initramfs", e))?
+                    .map_err(|e| {
+                        ProviderError::io(
+                            format!("building the initramfs from {}", self.agent_path.display()),
+                            e,
+                        )
+                    })?;
+                    tokio::fs::write(&path, image).await?;
+                    Ok::<_, ProviderError>(path)
+                })
+                .await?;
         Ok(BootFiles {
             kernel: self.kernel_path.clone(),
             initramfs: initramfs.clone(),
@@ -395,10 +396,11 @@ impl MicrovmProvider {
             env: spec.env.clone(),
             pids: vm.pids().to_vec(),
         };
-        let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
+        let json = serde_json::to_vec(&record)
+            .map_err(|e| ProviderError::caused("encoding the runtime record", e))?;
         if let Err(err) = tokio::fs::write(dir.join("runtime.json"), json).await {
             vm.shutdown().await;
-            return Err(ProviderError::failed(format!("recording the VM: {err}")));
+            return Err(ProviderError::io("recording the VM", err));
         }
         tracing::info!(sandbox_id = %spec.id, provider = self.name(), boot_ms = vm.boot_time.as_millis() as u64, "microVM booted");
         self.vms.lock().await.insert(spec.id.clone(), vm);
@@ -424,7 +426,7 @@ impl MicrovmProvider {
             rustix::process::Signal::CONT
         };
         rustix::process::kill_process(pid, signal)
-            .map_err(|e| ProviderError::failed(format!("signalling the VMM of {id}: {e}")))
+            .map_err(|e| ProviderError::caused(format!("signalling the VMM of {id}"), e))
     }
 
     async fn record(&self, id: &SandboxId) -> Option<VmRecord> {
@@ -444,8 +446,8 @@ impl MicrovmProvider {
             ),
             Driver::Firecracker { config } => ("firecracker_path", &config.firecracker_path, None),
         };
-        let unavailable = |key: &str, err: String| ProviderError::Unavailable {
-            message: format!("providers.{}.{key}: {err}", self.name()),
+        let unavailable = |key: &str, err: String| {
+            ProviderError::unavailable(format!("providers.{}.{key}: {err}", self.name()))
         };
         let version = super::host::version(vmm)
             .await
@@ -457,9 +459,10 @@ impl MicrovmProvider {
                 .map_err(|e| unavailable("vsock_backend_path", e))?;
         }
         if matches!(self.driver, Driver::Firecracker { .. }) && !self.kvm.present() {
-            return Err(ProviderError::Unavailable {
-                message: format!("Firecracker needs KVM, which is {}", self.kvm.describe()),
-            });
+            return Err(ProviderError::unavailable(format!(
+                "Firecracker needs KVM, which is {}",
+                self.kvm.describe()
+            )));
         }
         Ok(())
     }
@@ -544,13 +547,11 @@ impl Provider for MicrovmProvider {
             (&self.agent_path, "agent_path"),
         ] {
             if tokio::fs::metadata(path).await.is_err() {
-                return Err(ProviderError::Unavailable {
-                    message: format!(
-                        "providers.{}.{key} {} does not exist",
-                        self.name(),
-                        path.display()
-                    ),
-                });
+                return Err(ProviderError::unavailable(format!(
+                    "providers.{}.{key} {} does not exist",
+                    self.name(),
+                    path.display()
+                )));
             }
         }
         self.check_binaries().await
@@ -613,9 +614,10 @@ impl Provider for MicrovmProvider {
         match tokio::fs::remove_dir_all(self.vm_dir(id)).await {
             Ok(()) => Ok(()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(err) => Err(ProviderError::failed(format!(
-                "removing the VM directory of {id}: {err}"
-            ))),
+            Err(err) => Err(ProviderError::io(
+                format!("removing the VM directory of {id}"),
+                err,
+            )),
         }
     }
 

@@ -106,7 +106,7 @@ impl QemuVmm {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| spawn_error(&self.vsock_backend, &e))?;
+            .map_err(|e| spawn_error(&self.vsock_backend, e))?;
         let deadline = Instant::now() + spec.boot_timeout;
         while !vhost_socket.exists() {
             if Instant::now() > deadline || backend.try_wait().ok().flatten().is_some() {
@@ -128,11 +128,11 @@ impl Vmm for QemuVmm {
         let vhost_socket = spec.dir.join("vhost.sock");
         let mut backend = self.start_backend(spec, &vhost_socket).await?;
         let started = std::fs::File::create(spec.dir.join(VMM_LOG))
-            .map_err(|e| ProviderError::failed(format!("creating the QEMU log: {e}")))
+            .map_err(|e| ProviderError::io("creating the QEMU log", e))
             .and_then(|log| {
                 self.command(spec, files, &vhost_socket, log)
                     .spawn()
-                    .map_err(|e| spawn_error(&self.qemu, &e))
+                    .map_err(|e| spawn_error(&self.qemu, e))
             });
         match started {
             Ok(qemu) => Ok(vec![qemu, backend]),

@@ -32,14 +32,14 @@ pub async fn build_ext4(content: &Path, image: &Path) -> Result<u64, ProviderErr
         let walked = content.clone();
         tokio::task::spawn_blocking(move || content_size(&walked))
             .await
-            .map_err(|e| ProviderError::failed(format!("sizing the root filesystem: {e}")))?
-            .map_err(|e| ProviderError::failed(format!("reading {}: {e}", content.display())))?
+            .map_err(|e| ProviderError::caused("sizing the root filesystem", e))?
+            .map_err(|e| ProviderError::io(format!("reading {}", content.display()), e))?
     };
     let size = (size * 3 / 2 + HEADROOM).div_ceil(1024 * 1024) * 1024 * 1024;
     let file = std::fs::File::create(&partial)
-        .map_err(|e| ProviderError::failed(format!("creating {}: {e}", partial.display())))?;
+        .map_err(|e| ProviderError::io(format!("creating {}", partial.display()), e))?;
     file.set_len(size)
-        .map_err(|e| ProviderError::failed(format!("sizing {}: {e}", partial.display())))?;
+        .map_err(|e| ProviderError::io(format!("sizing {}", partial.display()), e))?;
     drop(file);
     let output = tokio::process::Command::new("mkfs.ext4")
         .args(["-q", "-F", "-L", "svc-root", "-d"])
@@ -63,6 +63,6 @@ pub async fn build_ext4(content: &Path, image: &Path) -> Result<u64, ProviderErr
         return Err(ProviderError::failed(message));
     }
     std::fs::rename(&partial, &image)
-        .map_err(|e| ProviderError::failed(format!("placing {}: {e}", image.display())))?;
+        .map_err(|e| ProviderError::io(format!("placing {}", image.display()), e))?;
     Ok(size)
 }

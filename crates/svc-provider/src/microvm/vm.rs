@@ -118,13 +118,14 @@ pub fn console_tail(dir: &Path) -> String {
 }
 
 /// A clear error for a program that could not be started.
-pub fn spawn_error(program: &Path, err: &std::io::Error) -> ProviderError {
+pub fn spawn_error(program: &Path, err: std::io::Error) -> ProviderError {
     if err.kind() == std::io::ErrorKind::NotFound {
         ProviderError::Unavailable {
             message: format!("{} is not installed", program.display()),
+            source: Some(std::sync::Arc::new(err)),
         }
     } else {
-        ProviderError::failed(format!("starting {}: {err}", program.display()))
+        ProviderError::io(format!("starting {}", program.display()), err)
     }
 }
 
@@ -238,10 +239,10 @@ async fn boot_once(
     let started = Instant::now();
     let _ = tokio::fs::remove_dir_all(&spec.dir).await;
     tokio::fs::create_dir_all(&spec.dir).await.map_err(|e| {
-        BootError::Failed(ProviderError::failed(format!(
-            "creating {}: {e}",
-            spec.dir.display()
-        )))
+        BootError::Failed(ProviderError::io(
+            format!("creating {}", spec.dir.display()),
+            e,
+        ))
     })?;
     let mut processes = vmm.launch(spec, files).await.map_err(BootError::Failed)?;
     let client = AgentClient::new(Arc::new(VsockConnector::new(

@@ -19,8 +19,8 @@ use crate::{ByteStream, ProviderError};
 /// Bytes gathered before a piece of the archive is handed to the response.
 const PIECE: usize = 64 * 1024;
 
-fn archive_error(err: &std::io::Error) -> ProviderError {
-    ProviderError::failed(format!("writing the archive: {err}"))
+fn archive_error(err: std::io::Error) -> ProviderError {
+    ProviderError::io("writing the archive", err)
 }
 
 /// Collects the archive into pieces and hands them over a bounded channel: the walk waits for
@@ -112,7 +112,7 @@ pub(super) async fn pack(
         let root = open_root(&sandbox_dir)?;
         let metadata = root
             .metadata(rel(&opened))
-            .map_err(|e| io_error(&opened, &e))?;
+            .map_err(|e| io_error(&opened, e))?;
         if !metadata.is_dir() {
             return Err(ProviderError::InvalidRequest {
                 message: format!("{opened}: not a directory"),
@@ -120,7 +120,7 @@ pub(super) async fn pack(
         }
         let handle = root
             .open_dir(rel(&opened))
-            .map_err(|e| io_error(&opened, &e))?;
+            .map_err(|e| io_error(&opened, e))?;
         Ok((handle, metadata))
     })
     .await?;
@@ -140,7 +140,7 @@ pub(super) async fn pack(
         })();
         if let Err(err) = packed {
             if err.kind() != std::io::ErrorKind::BrokenPipe {
-                let _ = failures.blocking_send(Err(archive_error(&err)));
+                let _ = failures.blocking_send(Err(archive_error(err)));
             }
         }
     });
@@ -169,12 +169,11 @@ pub(super) async fn extract(
         let root = open_root(&sandbox_dir)?;
         if !dir.is_root() {
             root.create_dir_all(rel(&dir))
-                .map_err(|e| io_error(&dir, &e))?;
+                .map_err(|e| io_error(&dir, e))?;
         }
-        let target = root.open_dir(rel(&dir)).map_err(|e| io_error(&dir, &e))?;
+        let target = root.open_dir(rel(&dir)).map_err(|e| io_error(&dir, e))?;
         let mut archive = tar::Archive::new(reader);
-        let read_error =
-            |e: std::io::Error| ProviderError::failed(format!("reading the archive: {e}"));
+        let read_error = |e: std::io::Error| ProviderError::io("reading the archive", e);
         for entry in archive.entries().map_err(read_error)? {
             let mut entry = entry.map_err(read_error)?;
             let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
@@ -184,7 +183,7 @@ pub(super) async fn extract(
                 continue;
             }
             let path = Path::new(&relative);
-            let failed = |e: std::io::Error| ProviderError::failed(format!("{name}: {e}"));
+            let failed = |e: std::io::Error| ProviderError::io(name.to_string(), e);
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 target.create_dir_all(parent).map_err(failed)?;
             }

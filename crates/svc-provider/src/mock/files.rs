@@ -17,7 +17,7 @@ use crate::{ByteStream, FileInfo, ProviderError};
 use svc_core::glob::SandboxGlob;
 
 /// Maps an I/O error on `path` to the provider's typed errors.
-pub(super) fn io_error(path: &SandboxPath, err: &std::io::Error) -> ProviderError {
+pub(super) fn io_error(path: &SandboxPath, err: std::io::Error) -> ProviderError {
     match err.kind() {
         ErrorKind::NotFound => ProviderError::FileNotFound {
             path: path.to_string(),
@@ -39,7 +39,7 @@ pub(super) fn io_error(path: &SandboxPath, err: &std::io::Error) -> ProviderErro
         ErrorKind::AlreadyExists => ProviderError::InvalidRequest {
             message: format!("{path}: already exists"),
         },
-        _ => ProviderError::failed(format!("{path}: {err}")),
+        _ => ProviderError::io(path.to_string(), err),
     }
 }
 
@@ -62,7 +62,7 @@ pub(super) fn open_root(sandbox_dir: &Path) -> Result<Dir, ProviderError> {
                     .unwrap_or_default(),
             }
         } else {
-            ProviderError::failed(format!("opening the sandbox directory: {e}"))
+            ProviderError::io("opening the sandbox directory", e)
         }
     })
 }
@@ -72,7 +72,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 ) -> Result<T, ProviderError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ProviderError::failed(format!("file task failed: {e}")))?
+        .map_err(|e| ProviderError::caused("file task failed", e))?
 }
 
 fn file_info(path: &SandboxPath, metadata: &Metadata) -> FileInfo {
@@ -107,7 +107,7 @@ pub(super) async fn write(
         let parent = target.parent();
         if !parent.is_root() {
             root.create_dir_all(rel(&parent))
-                .map_err(|e| io_error(&parent, &e))?;
+                .map_err(|e| io_error(&parent, e))?;
         }
         if root.metadata(rel(&target)).is_ok_and(|m| m.is_dir()) {
             return Err(ProviderError::InvalidRequest {
@@ -119,7 +119,7 @@ pub(super) async fn write(
                 rel(&partial),
                 OpenOptions::new().write(true).create_new(true),
             )
-            .map_err(|e| io_error(&target, &e))?;
+            .map_err(|e| io_error(&target, e))?;
         Ok((root, file))
     })
     .await?;
@@ -128,18 +128,18 @@ pub(super) async fn write(
         while let Some(chunk) = content.next().await {
             file.write_all(&chunk?)
                 .await
-                .map_err(|e| io_error(&path, &e))?;
+                .map_err(|e| io_error(&path, e))?;
         }
-        file.flush().await.map_err(|e| io_error(&path, &e))
+        file.flush().await.map_err(|e| io_error(&path, e))
     }
     .await;
     drop(file);
     blocking(move || {
         let finished = copied.and_then(|()| {
             root.set_permissions(rel(&temporary), Permissions::from_mode(mode))
-                .map_err(|e| io_error(&path, &e))?;
+                .map_err(|e| io_error(&path, e))?;
             root.rename(rel(&temporary), &root, rel(&path))
-                .map_err(|e| io_error(&path, &e))
+                .map_err(|e| io_error(&path, e))
         });
         if finished.is_err() {
             let _ = root.remove_file(rel(&temporary));
@@ -155,8 +155,8 @@ pub(super) async fn read(
 ) -> Result<ByteStream, ProviderError> {
     let file = blocking(move || {
         let root = open_root(&sandbox_dir)?;
-        let file = root.open(rel(&path)).map_err(|e| io_error(&path, &e))?;
-        let metadata = file.metadata().map_err(|e| io_error(&path, &e))?;
+        let file = root.open(rel(&path)).map_err(|e| io_error(&path, e))?;
+        let metadata = file.metadata().map_err(|e| io_error(&path, e))?;
         if metadata.is_dir() {
             return Err(ProviderError::InvalidRequest {
                 message: format!("{path}: is a directory"),
@@ -167,7 +167,7 @@ pub(super) async fn read(
     .await?;
     let file = tokio::fs::File::from_std(file.into_std());
     let stream = ReaderStream::with_capacity(file, 64 * 1024)
-        .map(|chunk| chunk.map_err(|e| ProviderError::failed(format!("reading: {e}"))));
+        .map(|chunk| chunk.map_err(|e| ProviderError::io("reading", e)));
     Ok(Box::pin(stream))
 }
 
@@ -180,7 +180,7 @@ pub(super) async fn delete(
         let root = open_root(&sandbox_dir)?;
         let metadata = root
             .symlink_metadata(rel(&path))
-            .map_err(|e| io_error(&path, &e))?;
+            .map_err(|e| io_error(&path, e))?;
         let result = if !metadata.is_dir() {
             root.remove_file(rel(&path))
         } else if recursive {
@@ -188,7 +188,7 @@ pub(super) async fn delete(
         } else {
             root.remove_dir(rel(&path))
         };
-        result.map_err(|e| io_error(&path, &e))
+        result.map_err(|e| io_error(&path, e))
     })
     .await
 }
@@ -199,13 +199,13 @@ pub(super) async fn list(
 ) -> Result<Vec<FileInfo>, ProviderError> {
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
-        let entries = root.read_dir(rel(&path)).map_err(|e| io_error(&path, &e))?;
+        let entries = root.read_dir(rel(&path)).map_err(|e| io_error(&path, e))?;
         let mut infos = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| io_error(&path, &e))?;
+            let entry = entry.map_err(|e| io_error(&path, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let child = path.join(&name);
-            let metadata = entry.metadata().map_err(|e| io_error(&child, &e))?;
+            let metadata = entry.metadata().map_err(|e| io_error(&child, e))?;
             infos.push(file_info(&child, &metadata));
         }
         infos.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
@@ -222,14 +222,14 @@ pub(super) async fn rename(
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
         root.symlink_metadata(rel(&from))
-            .map_err(|e| io_error(&from, &e))?;
+            .map_err(|e| io_error(&from, e))?;
         let parent = to.parent();
         if !parent.is_root() {
             root.create_dir_all(rel(&parent))
-                .map_err(|e| io_error(&parent, &e))?;
+                .map_err(|e| io_error(&parent, e))?;
         }
         root.rename(rel(&from), &root, rel(&to))
-            .map_err(|e| io_error(&to, &e))
+            .map_err(|e| io_error(&to, e))
     })
     .await
 }
@@ -242,7 +242,7 @@ pub(super) async fn chmod(
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
         root.set_permissions(rel(&path), Permissions::from_mode(mode))
-            .map_err(|e| io_error(&path, &e))
+            .map_err(|e| io_error(&path, e))
     })
     .await
 }
@@ -253,7 +253,7 @@ pub(super) async fn stat(
 ) -> Result<FileInfo, ProviderError> {
     blocking(move || {
         let root = open_root(&sandbox_dir)?;
-        let metadata = root.metadata(rel(&path)).map_err(|e| io_error(&path, &e))?;
+        let metadata = root.metadata(rel(&path)).map_err(|e| io_error(&path, e))?;
         Ok(file_info(&path, &metadata))
     })
     .await
@@ -281,10 +281,10 @@ fn walk(
         {
             return Ok(())
         }
-        Err(e) => return Err(io_error(dir, &e)),
+        Err(e) => return Err(io_error(dir, e)),
     };
     for entry in entries {
-        let entry = entry.map_err(|e| io_error(dir, &e))?;
+        let entry = entry.map_err(|e| io_error(dir, e))?;
         let child = dir.join(&entry.file_name().to_string_lossy());
         if glob.is_match(child.as_str()) {
             matches.push(child.to_string());

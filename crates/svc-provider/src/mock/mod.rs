@@ -143,7 +143,8 @@ impl MockProvider {
             labels: spec.labels.clone(),
             memory_mb: Some(spec.memory_mb),
         };
-        let json = serde_json::to_vec(&record).map_err(|e| ProviderError::failed(e.to_string()))?;
+        let json = serde_json::to_vec(&record)
+            .map_err(|e| ProviderError::caused("encoding the runtime record", e))?;
         let (root, dir, record_path) = (
             self.root.clone(),
             self.sandbox_dir(&spec.id),
@@ -201,16 +202,15 @@ impl Provider for MockProvider {
     }
 
     async fn health(&self) -> Result<(), ProviderError> {
-        tokio::fs::create_dir_all(&self.root)
-            .await
-            .map_err(|e| ProviderError::Unavailable {
-                message: format!("cannot create {}: {e}", self.root.display()),
-            })?;
+        tokio::fs::create_dir_all(&self.root).await.map_err(|e| {
+            ProviderError::unavailable(format!("cannot create {}: {e}", self.root.display()))
+        })?;
         let metadata = tokio::fs::metadata(&self.root).await?;
         if metadata.permissions().readonly() {
-            return Err(ProviderError::Unavailable {
-                message: format!("{} is read-only", self.root.display()),
-            });
+            return Err(ProviderError::unavailable(format!(
+                "{} is read-only",
+                self.root.display()
+            )));
         }
         Ok(())
     }

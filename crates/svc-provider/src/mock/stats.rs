@@ -61,14 +61,13 @@ pub(super) async fn sample(
 async fn scan_blocking(base: PathBuf) -> Result<Scan, ProviderError> {
     tokio::task::spawn_blocking(move || scan(&base))
         .await
-        .map_err(|e| ProviderError::failed(format!("stats task failed: {e}")))?
+        .map_err(|e| ProviderError::caused("stats task failed", e))?
 }
 
 /// Reads `/proc` for the processes whose working directory is `base` or below it. Processes
 /// that end mid-scan, or that belong to users this one may not inspect, are skipped.
 fn scan(base: &Path) -> Result<Scan, ProviderError> {
-    let entries = std::fs::read_dir("/proc")
-        .map_err(|e| ProviderError::failed(format!("reading /proc: {e}")))?;
+    let entries = std::fs::read_dir("/proc").map_err(|e| ProviderError::io("reading /proc", e))?;
     let at = Instant::now();
     let mut processes = HashMap::new();
     for entry in entries.flatten() {
