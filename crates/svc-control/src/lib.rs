@@ -45,7 +45,6 @@ mod utf8;
 mod warm;
 pub mod workers;
 
-pub use admission::SchedulerStats;
 pub use builds::BuildInput;
 pub use events::{EventBus, EventFilter, Subscription};
 pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFERED_OUTPUT_LIMIT};
@@ -62,6 +61,7 @@ pub use queue::QueueStats;
 pub use reconcile::{ReconcileReport, RECONCILE_INTERVAL};
 pub use recover::RecoveryReport;
 pub use sandboxes::ListSandboxes;
+pub use spawn::SchedulerStats;
 pub use svc_core::access::{Action, Role};
 pub use svc_provider::SandboxStats;
 pub use svc_provider::SnapshotInfo;

@@ -9,7 +9,7 @@ use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::{Capability, Error};
 
 use crate::door::{Operation, Target};
-use crate::spawn::sandbox_event_data;
+use crate::sandboxes::sandbox_event_data;
 use crate::{ControlPlane, Principal};
 
 const PAUSE: Operation = Operation::new(Action::Pause, Capability::Pause, "pause");

@@ -42,7 +42,7 @@ use svc_store::{EndedState, SandboxFilter, StateFilter};
 use tokio_util::sync::CancellationToken;
 
 use crate::principal::DEFAULT_TENANT;
-use crate::spawn::sandbox_event_data;
+use crate::sandboxes::sandbox_event_data;
 use crate::{ControlPlane, Principal};
 
 /// How often reconciliation runs after start-up.

@@ -14,7 +14,7 @@ use svc_core::Error;
 use svc_provider::RuntimeStatus;
 use svc_store::{SandboxFilter, StateFilter};
 
-use crate::spawn::sandbox_event_data;
+use crate::sandboxes::sandbox_event_data;
 use crate::{ControlPlane, Principal};
 
 /// What start-up recovery did.

@@ -5,7 +5,7 @@ use svc_core::access::Action;
 use svc_core::admission::check_ttl;
 use svc_core::clock::add_duration;
 use svc_core::error::{echo, Resource};
-use svc_core::event::EventPayload;
+use svc_core::event::{EventPayload, SandboxEventData};
 use svc_core::sandbox::{
     check_ttl_positive, Ending, ExtendRequest, Sandbox, SandboxState, StateReason,
 };
@@ -14,7 +14,6 @@ use svc_core::{Error, SandboxId};
 use svc_store::{EndedState, SandboxFilter, SandboxPosition, StateFilter};
 
 use crate::paging::{self, filter_key, Page, PageRequest, MAX_PAGE};
-use crate::spawn::sandbox_event_data;
 use crate::{ControlPlane, Principal};
 
 /// `GET /sandboxes` query.
@@ -38,6 +37,21 @@ fn sandbox_key(sandbox: &Sandbox) -> SandboxKey {
         sandbox.created_at.timestamp_micros(),
         sandbox.id.to_string(),
     )
+}
+
+/// The `data` of `sandbox.*` events (decisions §12).
+pub(crate) fn sandbox_event_data(sandbox: &Sandbox) -> SandboxEventData {
+    SandboxEventData {
+        provider: sandbox.provider.clone(),
+        image: sandbox.image.clone(),
+        owner_id: sandbox.owner_id.clone(),
+        tenant_id: sandbox.tenant_id.clone(),
+        worker_id: sandbox.worker_id.clone(),
+        reason: sandbox.state_reason,
+        message: sandbox.state_message.clone(),
+        error: None,
+        image_pulled: false,
+    }
 }
 
 impl ControlPlane {
