@@ -781,7 +781,7 @@ pub(crate) fn running_record(sandbox: &SandboxId) -> ExecRecord {
         background: false,
         status: ExecStatus::Running,
         exit_code: None,
-        started_at: chrono::Utc::now(),
+        started_at: svc_core::Clock::now(&svc_core::clock::SystemClock),
         ended_at: None,
         stdout_bytes: 0,
         stderr_bytes: 0,
@@ -802,7 +802,7 @@ mod tests {
     #[test]
     fn pages_resume_after_the_cursor_even_when_its_exec_is_gone() {
         let sandbox = SandboxId::generate();
-        let base = chrono::Utc::now();
+        let base = svc_core::Clock::now(&svc_core::clock::SystemClock);
         // Newest first, two of them started in the same microsecond.
         let execs: Vec<ExecRecord> = [3, 2, 2, 1]
             .into_iter()
@@ -833,7 +833,11 @@ mod tests {
             let job = Job::new(record(&sandbox), None, false, 64);
             jobs.add(&sandbox, Arc::clone(&job));
             job.output(StdStream::Stdout, &Bytes::from(vec![b'x'; bytes]));
-            job.end(ExecStatus::Exited, Some(0), chrono::Utc::now());
+            job.end(
+                ExecStatus::Exited,
+                Some(0),
+                svc_core::Clock::now(&svc_core::clock::SystemClock),
+            );
             job
         };
         let first = ended_with(60);
@@ -864,7 +868,11 @@ mod tests {
         let mut first_ended = None;
         for _ in 0..KEPT_ENDED + 5 {
             let job = Job::new(record(&sandbox), None, false, 64);
-            job.end(ExecStatus::Exited, Some(0), chrono::Utc::now());
+            job.end(
+                ExecStatus::Exited,
+                Some(0),
+                svc_core::Clock::now(&svc_core::clock::SystemClock),
+            );
             first_ended.get_or_insert_with(|| job.snapshot().exec_id);
             jobs.add(&sandbox, job);
         }
@@ -891,8 +899,16 @@ mod tests {
         job.output(StdStream::Stderr, &Bytes::from_static(b"no"));
         job.kill_requested
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        job.end(ExecStatus::Exited, Some(137), chrono::Utc::now());
-        job.end(ExecStatus::TimedOut, Some(124), chrono::Utc::now());
+        job.end(
+            ExecStatus::Exited,
+            Some(137),
+            svc_core::Clock::now(&svc_core::clock::SystemClock),
+        );
+        job.end(
+            ExecStatus::TimedOut,
+            Some(124),
+            svc_core::Clock::now(&svc_core::clock::SystemClock),
+        );
         let record = job.snapshot();
         assert_eq!(
             (
@@ -958,7 +974,11 @@ mod tests {
                     job.output(StdStream::Stdout, &Bytes::from(word));
                 }
                 job.output(StdStream::Stderr, &Bytes::from_static(b"err"));
-                job.end(ExecStatus::Exited, Some(0), chrono::Utc::now());
+                job.end(
+                    ExecStatus::Exited,
+                    Some(0),
+                    svc_core::Clock::now(&svc_core::clock::SystemClock),
+                );
             })
         };
         let mut stdout = Vec::new();

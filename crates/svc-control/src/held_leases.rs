@@ -60,7 +60,7 @@ mod tests {
     #[test]
     fn follows_the_store_rules() {
         let held = HeldLeases::default();
-        let t0 = chrono::Utc::now();
+        let t0 = svc_core::Clock::now(&svc_core::clock::SystemClock);
         let at = |s: u64| add_duration(t0, Duration::from_secs(s));
         held.record("a", at(10));
         held.record("b", at(3));

@@ -308,7 +308,7 @@ mod tests {
 
     #[test]
     fn mutating_requests_need_the_current_generation_of_a_live_lease() {
-        let now = chrono::Utc::now();
+        let now = crate::Clock::now(&crate::clock::SystemClock);
         let lease = Lease {
             resource_id: "sb-0123456789abcdef".into(),
             holder_id: "cp".into(),

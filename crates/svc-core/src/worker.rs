@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn staleness_is_computed_against_the_window() {
-        let t0 = chrono::Utc::now();
+        let t0 = crate::Clock::now(&crate::clock::SystemClock);
         let worker = Worker {
             id: "w".into(),
             hostname: "h".into(),

@@ -180,7 +180,7 @@ async fn make_dir(e2b: &E2b, caller: &SandboxCaller, path: &str) -> Result<(), R
     header.set_entry_type(tar::EntryType::Directory);
     header.set_mode(0o755);
     header.set_size(0);
-    header.set_mtime(u64::try_from(chrono::Utc::now().timestamp()).unwrap_or_default());
+    header.set_mtime(u64::try_from(e2b.plane.clock().now().timestamp()).unwrap_or_default());
     let mut builder = tar::Builder::new(Vec::new());
     builder
         .append_data(&mut header, format!("{relative}/"), std::io::empty())

@@ -392,7 +392,7 @@ pub(crate) async fn connect(
         let wanted = i64::try_from(seconds)
             .ok()
             .and_then(chrono::Duration::try_seconds)
-            .and_then(|timeout| chrono::Utc::now().checked_add_signed(timeout))
+            .and_then(|timeout| e2b.plane.clock().now().checked_add_signed(timeout))
             .ok_or_else(|| {
                 E2bError::bad_request(format!("timeout: {seconds} seconds is out of range"))
             })?;

@@ -449,6 +449,8 @@ async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
 async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
     // A duration of its own: the mock's processes share the host's process table with every
     // other test running at the same time (the docker variant of this one included).
+    // A number no other test picks, not a time anyone reads.
+    #[allow(clippy::disallowed_methods)]
     let secs = 1000
         + std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -84,9 +84,14 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// rows are the truth, so a reader that was away catches up from them.
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
-    /// Appends `(event ID, payload)` pairs published by `instance`, in order, and notifies the
-    /// other replicas. An ID already appended is skipped.
-    async fn append_events(&self, instance: &str, events: &[(String, String)]) -> StoreResult<()>;
+    /// Appends `(event ID, payload)` pairs published by `instance` at `at`, in order, and
+    /// notifies the other replicas. An ID already appended is skipped.
+    async fn append_events(
+        &self,
+        instance: &str,
+        events: &[(String, String)],
+        at: Timestamp,
+    ) -> StoreResult<()>;
 
     /// Rows after `after`, oldest first, at most `limit`: `(seq, payload)`, the payload left out
     /// (`None`) for rows `instance` appended itself.

@@ -1858,7 +1858,7 @@ async fn tenant_crud(store: &dyn Store) {
         ("default", "Default"),
         "the migration creates the default tenant"
     );
-    let age = Utc::now() - default.created_at;
+    let age = svc_core::Clock::now(&svc_core::clock::SystemClock) - default.created_at;
     assert!(
         age >= chrono::TimeDelta::zero() && age < chrono::TimeDelta::minutes(5),
         "created when migrated: {}",

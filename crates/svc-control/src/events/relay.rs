@@ -174,7 +174,10 @@ async fn write(
             })
             .collect();
         // Until the database takes them: a replica cut off from it keeps them in order.
-        while let Err(err) = log.append_events(&instance, &payloads).await {
+        while let Err(err) = log
+            .append_events(&instance, &payloads, plane.clock().now())
+            .await
+        {
             tracing::warn!(error = %err, "relaying events to other replicas failed; retrying");
             tokio::select! {
                 () = cancel.cancelled() => return,

@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn signed_tokens_verify_only_for_their_worker_scope_and_lifetime() {
         let t = tokens(&[]);
-        let now = chrono::Utc::now();
+        let now = svc_core::Clock::now(&svc_core::clock::SystemClock);
         let minted = t.mint(&request("w2", None, Some(60)), now).unwrap();
         assert_eq!(minted.scopes, [SCOPE_HEARTBEAT, SCOPE_LEASE]);
         let ok = |worker: &str, scope: &str, at: Timestamp| {
@@ -294,7 +294,7 @@ mod tests {
     #[test]
     fn static_and_shared_tokens_and_the_worker_header() {
         let t = tokens(&[]);
-        let now = chrono::Utc::now();
+        let now = svc_core::Clock::now(&svc_core::clock::SystemClock);
         assert!(t
             .verify("w1", Some("w1"), Some("static-w1"), SCOPE_LEASE, now)
             .is_ok());
@@ -325,7 +325,7 @@ mod tests {
     #[test]
     fn minting_refuses_bad_requests() {
         let t = tokens(&[]);
-        let now = chrono::Utc::now();
+        let now = svc_core::Clock::now(&svc_core::clock::SystemClock);
         let field = |r: WorkerTokenRequest| match t.mint(&r, now).unwrap_err() {
             Error::InvalidInput { field, .. } => field,
             other => panic!("{other:?}"),

@@ -646,7 +646,9 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(FaultyStore::new().await);
         let provider = Arc::new(FaultyProvider::new(&dir.path().join("mock")));
-        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        let clock = Arc::new(ManualClock::new(svc_core::Clock::now(
+            &svc_core::clock::SystemClock,
+        )));
         let plane = Self::plane_over(&store, &provider, &clock, adjust, false);
         Fixture {
             plane,

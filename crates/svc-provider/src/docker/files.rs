@@ -195,6 +195,9 @@ impl UploadBase {
     }
 }
 
+/// The modification time of a file written into a container: the host's real time, as any
+/// write inside it would get.
+#[allow(clippy::disallowed_methods)]
 fn now() -> u64 {
     u64::try_from(Utc::now().timestamp()).unwrap_or(0)
 }

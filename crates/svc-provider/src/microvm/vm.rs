@@ -66,6 +66,8 @@ impl VmSpec {
     /// The kernel command line every VMM passes, before the driver's own additions: the agent
     /// as init reads `svc.root`, `svc.clock` and `svc.hostname`. [`FAST_BOOT_ARGS`] cut a
     /// third off a boot under emulation (docs/decisions.md, "Booting a microVM here").
+    // The guest's clock starts at the host's real time, whatever clock svc's rules run on.
+    #[allow(clippy::disallowed_methods)]
     pub fn kernel_args(&self) -> String {
         let mut args = format!(
             "console=ttyS0 panic=-1 quiet {FAST_BOOT_ARGS} svc.clock={} svc.hostname={}",

@@ -85,14 +85,19 @@ async fn listen_once(
 
 #[async_trait]
 impl EventLog for PgStore {
-    async fn append_events(&self, instance: &str, events: &[(String, String)]) -> StoreResult<()> {
+    async fn append_events(
+        &self,
+        instance: &str,
+        events: &[(String, String)],
+        at: Timestamp,
+    ) -> StoreResult<()> {
         const OP: &str = "append_events";
         if events.is_empty() {
             return Ok(());
         }
         let ids: Vec<&str> = events.iter().map(|(id, _)| id.as_str()).collect();
         let payloads: Vec<&str> = events.iter().map(|(_, p)| p.as_str()).collect();
-        let now = micros(chrono::Utc::now());
+        let now = micros(at);
         let client = self.client(OP).await?;
         // One statement, so one round trip: the rows, the notification (sent at its commit)
         // and, for this statement's transaction only, a commit that does not wait for the

@@ -197,6 +197,9 @@ impl Worker {
                         .as_str()
                         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                         .context("the token answer has no expires_at")?;
+                    // The remote worker's own clock against the token's expiry: it has no
+                    // svc clock to read.
+                    #[allow(clippy::disallowed_methods)]
                     let left = (expires.with_timezone(&chrono::Utc) - chrono::Utc::now())
                         .to_std()
                         .unwrap_or_default();

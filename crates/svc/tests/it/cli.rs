@@ -566,7 +566,10 @@ fn a_server_killed_with_sigkill_heals_at_the_next_start() {
         let store = svc_store::sqlite::SqliteStore::open(dir.path().join("svc.db"))
             .await
             .unwrap();
-        let counts = store.lease_counts(chrono::Utc::now()).await.unwrap();
+        let counts = store
+            .lease_counts(svc_core::Clock::now(&svc_core::clock::SystemClock))
+            .await
+            .unwrap();
         assert_eq!(counts.active, 0, "{counts:?}");
         assert!(counts.total >= 2);
         store.close().await;

@@ -548,3 +548,40 @@ async fn the_e2b_list_pages_neither_skip_nor_repeat_while_sandboxes_change() {
     assert_e2b_error(bad, StatusCode::BAD_REQUEST).await;
     server.shutdown().await;
 }
+
+/// A connect's timeout counts from the service's clock (which tests move), not the host's:
+/// with the clock 50 s on, a 30 s timeout ends a 60 s sandbox 80 s after it began.
+#[tokio::test]
+async fn an_e2b_timeout_counts_from_the_service_clock() {
+    let (server, e2b) = e2b_server(|_| {}).await;
+    let client = &server.client;
+    let created = create(
+        client,
+        &e2b,
+        None,
+        json!({"templateID": "base", "timeout": 60}),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let body: Value = created.json().await.unwrap();
+    let id = body["sandboxID"].as_str().unwrap().to_owned();
+    server.clock.advance(std::time::Duration::from_secs(50));
+    let connected = client
+        .post(format!("{e2b}/v2/sandboxes/{id}/connect"))
+        .json(&json!({"timeout": 30}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(connected.status(), StatusCode::OK);
+    let own = server.get(&format!("/sandboxes/{id}")).await;
+    let at = |field: &str| {
+        chrono::DateTime::parse_from_rfc3339(own.body[field].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(
+        (at("expires_at") - at("created_at")).num_seconds(),
+        80,
+        "{}",
+        own.body
+    );
+    server.shutdown().await;
+}

@@ -81,7 +81,9 @@ impl TestServer {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let mut config = test_config(dir.path());
         adjust(&mut config);
-        let clock = Arc::new(svc_core::ManualClock::new(chrono::Utc::now()));
+        let clock = Arc::new(svc_core::ManualClock::new(svc_core::Clock::now(
+            &svc_core::clock::SystemClock,
+        )));
         Self::start_in(dir, config, clock).await
     }
 

@@ -138,7 +138,7 @@ pub fn compact(header: &Value, claims: &Value, sign: impl FnOnce(&[u8]) -> Vec<u
 
 /// Seconds since the epoch.
 pub fn now() -> i64 {
-    chrono::Utc::now().timestamp()
+    svc_core::Clock::now(&svc_core::clock::SystemClock).timestamp()
 }
 
 /// Claims valid for an hour: issuer, audience, subject, groups, and a tenant when given.
