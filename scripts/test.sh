@@ -40,12 +40,14 @@ phase() {
 }
 stress_pid=""
 build_pid=""
+deny_pid=""
 report() {
     local status=$? summary="" name
     [ -z "$stress_pid" ] || kill "$stress_pid" 2>/dev/null || true
     # A build still running when the run fails early would hold the target directory's lock;
     # each runs in its own process group, so cargo and its compilers end together.
     [ -z "$build_pid" ] || kill -- "-$build_pid" 2>/dev/null || true
+    [ -z "$deny_pid" ] || kill -- "-$deny_pid" 2>/dev/null || true
     phase ""
     for name in $order; do summary="$summary $name ${spent[$name]}s,"; done
     say "time per phase:${summary%,}; in all $((SECONDS - run_started))s (exit $status)"
@@ -162,6 +164,23 @@ fi
 build_pid=""
 say "$(tail -n 1 "$build_log")"
 
+# cargo-deny checks deny.toml (licences, bans, sources) after the tests. It is not on the machine:
+# installed once into a cache outside the clone, beside the tests at the lowest priority (they
+# mostly wait on Docker, PostgreSQL and QEMU; a fresh install is about 300 CPU-seconds).
+deny_version="0.20.2"
+deny_root="${SVC_TOOLS:-/var/cache/svc-tools}"
+deny="$deny_root/bin/cargo-deny"
+deny_log="target/test-sh-cargo-deny.log"
+if ! "$deny" --version 2>/dev/null | grep -qx "cargo-deny $deny_version"; then
+    say "installing cargo-deny $deny_version into $deny_root in the background (log: $deny_log)"
+    mkdir -p "$deny_root"
+    set -m # its own process group, ended with cargo's compilers if the run stops early
+    nice -n 19 cargo install --quiet --locked --root "$deny_root" --version "$deny_version" cargo-deny \
+        >"$deny_log" 2>&1 &
+    deny_pid=$!
+    set +m
+fi
+
 phase tests
 if [ -n "${SVC_TEST_CPU_STRESS:-}" ]; then
     command -v stress-ng >/dev/null 2>&1 || apt_install stress-ng || die "installing stress-ng failed"
@@ -171,4 +190,19 @@ if [ -n "${SVC_TEST_CPU_STRESS:-}" ]; then
 fi
 say "running the workspace tests with cargo nextest"
 # The workspace has no doctests (examples live in tests), which nextest does not run anyway.
-cargo nextest run --workspace --no-fail-fast "$@"
+tests_status=0
+cargo nextest run --workspace --no-fail-fast "$@" || tests_status=$?
+
+phase deny
+if [ -n "$deny_pid" ] && ! wait "$deny_pid"; then
+    deny_pid=""
+    cat "$deny_log" >&2
+    die "installing cargo-deny failed (output above and in $deny_log)"
+fi
+deny_pid=""
+say "checking the dependency graph against deny.toml (cargo deny check bans licenses sources)"
+deny_status=0
+"$deny" check bans licenses sources || deny_status=$?
+[ "$deny_status" -eq 0 ] || say "FAILED: cargo deny found dependencies deny.toml does not allow (above)"
+[ "$tests_status" -eq 0 ] || die "tests failed (exit $tests_status)"
+[ "$deny_status" -eq 0 ] || exit "$deny_status"

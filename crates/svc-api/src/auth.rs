@@ -7,115 +7,22 @@
 //! a log or a response.
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use svc_control::audit::AuditRecord;
-use svc_control::{Action, ControlPlane, Credentials, Principal};
+use svc_control::{Action, ControlPlane, Offered, Principal};
 use svc_core::audit::AuditOutcome;
 use svc_core::{Error, OwnerId};
 
+use crate::permissions::{API_PREFIX, PROBES, WORKER_PREFIX};
 use crate::ApiError;
 
-/// The API key header.
-pub(crate) static API_KEY_HEADER: HeaderName = HeaderName::from_static("x-api-key");
-/// The admin API key header.
-static ADMIN_API_KEY_HEADER: HeaderName = HeaderName::from_static("x-admin-api-key");
 /// The owner header.
 pub(crate) static USER_ID_HEADER: HeaderName = HeaderName::from_static("x-user-id");
 
-/// Routes that never need credentials.
-pub(crate) const PROBES: [&str; 3] = ["/api/v1/health", "/api/v1/live", "/api/v1/ready"];
-pub(crate) const API_PREFIX: &str = "/api/v1";
 const ADMIN_PREFIX: &str = "/api/v1/admin/";
 const TENANTS_PREFIX: &str = "/api/v1/admin/tenants/";
-/// Worker routes authenticate with worker credentials, in their handlers.
-pub(crate) const WORKER_PREFIX: &str = "/api/v1/worker/";
-
-/// Audited routes (method, route template) and their action names; other mutating admin
-/// routes are audited as `METHOD /template`.
-const AUDITED: [(&str, &str, &str); 12] = [
-    ("POST", "/admin/tenants", "tenant.create"),
-    ("DELETE", "/admin/tenants/{tenantID}", "tenant.delete"),
-    (
-        "PUT",
-        "/admin/tenants/{tenantID}/members/{subject}",
-        "member.save",
-    ),
-    (
-        "DELETE",
-        "/admin/tenants/{tenantID}/members/{subject}",
-        "member.delete",
-    ),
-    (
-        "POST",
-        "/admin/tenants/{tenantID}/policies",
-        "policy.create",
-    ),
-    (
-        "PUT",
-        "/admin/tenants/{tenantID}/policies/{policyID}",
-        "policy.update",
-    ),
-    (
-        "DELETE",
-        "/admin/tenants/{tenantID}/policies/{policyID}",
-        "policy.delete",
-    ),
-    ("PUT", "/quotas/{ownerID}", "quota.save"),
-    ("DELETE", "/quotas/{ownerID}", "quota.delete"),
-    ("PUT", "/admin/quotas/{ownerID}", "quota.save"),
-    ("DELETE", "/admin/quotas/{ownerID}", "quota.delete"),
-    ("POST", "/admin/worker-tokens", "worker_token.issue"),
-];
-
-/// A header's text; a value that is not UTF-8 matches no key, so it reads as an empty one.
-fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
-    headers.get(name).map(|v| v.to_str().unwrap_or(""))
-}
-
-/// The subprotocol a browser's WebSocket offers alongside `svc` (the one the server answers
-/// with) to carry its credential: `svc.api-key.<key>` or `svc.bearer.<token>`, the value
-/// base64url-encoded without padding (subprotocols are tokens; keys and JWTs may hold other
-/// characters).
-pub const WEBSOCKET_PROTOCOL: &str = "svc";
-
-/// A credential offered as a WebSocket subprotocol.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum WebSocketCredential {
-    ApiKey(String),
-    Bearer(String),
-}
-
-fn websocket_credential(headers: &HeaderMap) -> Option<WebSocketCredential> {
-    use base64::Engine;
-    let offered = headers.get(header::SEC_WEBSOCKET_PROTOCOL)?.to_str().ok()?;
-    offered.split(',').map(str::trim).find_map(|protocol| {
-        let (kind, encoded) = protocol
-            .strip_prefix("svc.api-key.")
-            .map(|v| ("api-key", v))
-            .or_else(|| protocol.strip_prefix("svc.bearer.").map(|v| ("bearer", v)))?;
-        let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(encoded)
-            .ok()?;
-        let value = String::from_utf8(decoded).ok()?;
-        Some(match kind {
-            "api-key" => WebSocketCredential::ApiKey(value),
-            _ => WebSocketCredential::Bearer(value),
-        })
-    })
-}
-
-/// The token of `Authorization: Bearer <token>`; other schemes are not ours.
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
 fn owner(headers: &HeaderMap) -> Result<Option<OwnerId>, Error> {
     let Some(value) = headers.get(&USER_ID_HEADER) else {
         return Ok(None);
@@ -149,14 +56,13 @@ fn audit_action(method: &Method, path: &str, template: Option<&str>) -> Option<S
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return None;
     }
-    let template = template.and_then(|t| t.strip_prefix(API_PREFIX))?;
-    let named = AUDITED
-        .iter()
-        .find(|(m, t, _)| *m == method.as_str() && *t == template)
-        .map(|(_, _, action)| (*action).to_owned());
-    match named {
-        Some(action) => Some(action),
-        None if path.starts_with(ADMIN_PREFIX) => Some(format!("{method} {template}")),
+    let template = template?;
+    match crate::permissions::audit_name(method, template) {
+        Some(action) => Some(action.to_owned()),
+        None if path.starts_with(ADMIN_PREFIX) => Some(format!(
+            "{method} {}",
+            template.strip_prefix(API_PREFIX).unwrap_or(template)
+        )),
         None => None,
     }
 }
@@ -189,27 +95,11 @@ pub(crate) async fn principal_of(
     plane: &ControlPlane,
     headers: &HeaderMap,
 ) -> Result<Principal, Error> {
-    let offered = websocket_credential(headers);
-    let mut credentials = Credentials {
-        api_key: header(headers, &API_KEY_HEADER),
-        admin_api_key: header(headers, &ADMIN_API_KEY_HEADER),
-        bearer: bearer(headers),
-    };
-    // A browser's WebSocket cannot send headers: its credential comes as a subprotocol.
-    if credentials.api_key.is_none()
-        && credentials.admin_api_key.is_none()
-        && credentials.bearer.is_none()
-    {
-        match &offered {
-            Some(WebSocketCredential::ApiKey(key)) => credentials.api_key = Some(key.as_str()),
-            Some(WebSocketCredential::Bearer(token)) => credentials.bearer = Some(token.as_str()),
-            None => {}
-        }
-    }
+    let offered = Offered::from_headers(headers);
     // Who is calling comes before what they asked: a bad X-User-ID from an unknown caller
     // is still a 401.
     let owner = owner(headers);
-    let mut principal = plane.authenticate(&credentials).await?;
+    let mut principal = plane.authenticate(&offered.credentials()).await?;
     principal.owner = owner?;
     if let Some(owner) = &principal.owner {
         principal.check_may_act_as("X-User-ID", owner.as_str())?;
@@ -318,53 +208,6 @@ mod tests {
         );
         assert_eq!(tenant_in_path("/api/v1/admin/tenants"), None);
         assert_eq!(tenant_in_path("/api/v1/sandboxes"), None);
-    }
-
-    #[test]
-    fn websocket_subprotocols_carry_a_credential() {
-        use base64::Engine;
-        let encode = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            format!("svc, svc.api-key.{}", encode("k/ey+1"))
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(
-            websocket_credential(&headers),
-            Some(WebSocketCredential::ApiKey("k/ey+1".into()))
-        );
-        headers.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            format!("svc.bearer.{}, svc", encode("a.b.c"))
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(
-            websocket_credential(&headers),
-            Some(WebSocketCredential::Bearer("a.b.c".into()))
-        );
-        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, "svc, chat".parse().unwrap());
-        assert_eq!(websocket_credential(&headers), None);
-        headers.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            "svc.api-key.%%%".parse().unwrap(),
-        );
-        assert_eq!(websocket_credential(&headers), None, "not base64url");
-    }
-
-    #[test]
-    fn bearer_tokens_are_read_from_the_authorization_header() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::AUTHORIZATION, "Bearer abc.def.ghi".parse().unwrap());
-        assert_eq!(bearer(&headers), Some("abc.def.ghi"));
-        headers.insert(header::AUTHORIZATION, "bearer  xyz".parse().unwrap());
-        assert_eq!(bearer(&headers), Some("xyz"));
-        headers.insert(header::AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
-        assert_eq!(bearer(&headers), None);
-        headers.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
-        assert_eq!(bearer(&headers), None);
     }
 
     #[test]

@@ -87,13 +87,13 @@ impl Modify for ApiKeys {
                 &mut item.patch,
             ];
             for operation in operations.into_iter().flatten() {
-                if crate::auth::PROBES.contains(&path.as_str()) {
+                if crate::permissions::PROBES.contains(&path.as_str()) {
                     // An empty requirement: the probes need no credentials.
                     operation.security = Some(vec![SecurityRequirement::default()]);
                     continue;
                 }
                 rate_limited(&mut operation.responses.responses);
-                if path.starts_with(crate::auth::WORKER_PREFIX) {
+                if path.starts_with(crate::permissions::WORKER_PREFIX) {
                     operation.security = Some(vec![SecurityRequirement::new(
                         "worker_token",
                         Vec::<String>::new(),

@@ -10,11 +10,12 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use svc_control::ratelimit::{RateKey, RateVerdict};
-use svc_control::ControlPlane;
+use svc_control::{ControlPlane, Offered};
 use svc_core::error::LimitReason;
 use svc_core::{Error, OwnerId};
 
-use crate::auth::{API_KEY_HEADER, PROBES, USER_ID_HEADER};
+use crate::auth::USER_ID_HEADER;
+use crate::permissions::PROBES;
 use crate::ApiError;
 
 static LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -33,15 +34,14 @@ pub(crate) async fn limit(
         return next.run(request).await;
     }
     let headers = request.headers();
+    let offered = Offered::from_headers(headers);
     // Only a valid owner ID selects an owner bucket; an invalid one is refused by
     // authentication later and counts against the key or address meanwhile.
     let owner = text(headers, &USER_ID_HEADER).and_then(|v| OwnerId::parse(v).ok());
     let key = RateKey {
         owner: owner.as_ref().map(OwnerId::as_str),
         // A bearer token stands in for the key: each token gets its own bucket.
-        api_key: text(headers, &API_KEY_HEADER)
-            .filter(|k| !k.is_empty())
-            .or_else(|| crate::auth::bearer(headers)),
+        api_key: offered.rate_key(),
         ip: request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()

@@ -95,11 +95,18 @@ pub fn router(plane: ControlPlane) -> Router {
         crate::hosts::AllowedHosts::for_listener(plane.config(), &plane.config().server.host);
     // Every API route authenticates (probes excepted, see auth.rs); the interface description
     // is public.
-    let app = api
-        .route_layer(axum::middleware::from_fn_with_state(
-            plane.clone(),
-            crate::auth::authenticate,
-        ))
+    let mut app = api.route_layer(axum::middleware::from_fn_with_state(
+        plane.clone(),
+        crate::auth::authenticate,
+    ));
+    // The preview proxy authenticates for itself: credentials, or a preview token.
+    for template in crate::permissions::PREVIEW_ROUTES {
+        app = app.route(
+            &format!("{}{template}", crate::permissions::API_PREFIX),
+            any(routes::preview::by_path).with_state(previews.clone()),
+        );
+    }
+    let app = app
         .route(
             "/api/v1/openapi.json",
             get(move || async move { ([(header::CONTENT_TYPE, "application/json")], json) }),
@@ -107,19 +114,6 @@ pub fn router(plane: ControlPlane) -> Router {
         .route(
             "/api/v1/openapi.yaml",
             get(move || async move { ([(header::CONTENT_TYPE, "application/yaml")], yaml) }),
-        )
-        // The preview proxy authenticates for itself: credentials, or a preview token.
-        .route(
-            "/api/v1/sandboxes/{id}/proxy/{port}",
-            any(routes::preview::by_path).with_state(previews.clone()),
-        )
-        .route(
-            "/api/v1/sandboxes/{id}/proxy/{port}/",
-            any(routes::preview::by_path).with_state(previews.clone()),
-        )
-        .route(
-            "/api/v1/sandboxes/{id}/proxy/{port}/{*rest}",
-            any(routes::preview::by_path).with_state(previews.clone()),
         )
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)

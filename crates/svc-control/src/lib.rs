@@ -51,7 +51,7 @@ pub use exec::{ExecCommand, ExecEnding, ExecForm, ExecOutput, RunningExec, BUFFE
 pub use exec_controls::ExecControls;
 pub use exec_jobs::ExecReplay;
 pub use files::{Download, DEFAULT_FILE_MODE};
-pub use identity::{Authenticator, Credentials};
+pub use identity::{Authenticator, Credentials, Offered};
 pub use paging::{Page, PageRequest, MAX_PAGE};
 pub use plane::{ControlPlane, ControlPlaneParts};
 pub use pool::{Pool, PoolIdentity, PoolStatus};

@@ -203,8 +203,13 @@ impl ControlPlane {
             .map_err(|e| Error::internal("signing a sandbox access token", e))
     }
 
-    /// 401 unless `token` is [`ControlPlane::sandbox_access_token`] of sandbox `id`.
-    pub async fn verify_sandbox_access_token(&self, token: &str, id: &str) -> Result<(), Error> {
+    /// The caller `token` proves, scoped to sandbox `id` ([`Principal::for_sandbox`]); 401
+    /// unless it is [`ControlPlane::sandbox_access_token`] of that sandbox.
+    pub async fn verify_sandbox_access_token(
+        &self,
+        token: &str,
+        id: &str,
+    ) -> Result<Principal, Error> {
         let (_, decoding) = self.preview_keys().await?;
         let mut validation = Validation::new(Algorithm::HS256);
         validation.validate_exp = false;
@@ -216,7 +221,9 @@ impl ControlPlane {
         if claims.sub != id {
             return Err(refused("the access token is not valid for this sandbox"));
         }
-        Ok(())
+        let id = SandboxId::parse(id)
+            .map_err(|_| refused("the access token is not valid for this sandbox"))?;
+        Ok(Principal::for_sandbox(id))
     }
 
     async fn verify_preview_token(&self, token: &str, id: &str, port: u16) -> Result<(), Error> {

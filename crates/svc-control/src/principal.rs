@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use svc_core::access::{permits, Action, Role};
-use svc_core::{Error, OwnerId};
+use svc_core::{Error, OwnerId, SandboxId};
 
 use crate::ControlPlane;
 
@@ -25,6 +25,8 @@ pub enum AuthMethod {
     System,
     /// An OIDC bearer token.
     Oidc,
+    /// A sandbox's access token (the E2B listener's in-sandbox calls).
+    SandboxToken,
 }
 
 impl AuthMethod {
@@ -36,6 +38,7 @@ impl AuthMethod {
             AuthMethod::AdminApiKey => "admin-api-key",
             AuthMethod::System => "system",
             AuthMethod::Oidc => "oidc",
+            AuthMethod::SandboxToken => "sandbox-token",
         }
     }
 }
@@ -59,7 +62,20 @@ pub struct Principal {
     pub tenant_scoped: bool,
     /// The OIDC `sub`, for OIDC callers.
     pub subject: Option<String>,
+    /// The one sandbox this caller may reach, for a caller that proved itself with that
+    /// sandbox's access token: every other sandbox is not found to it, its listings are
+    /// empty, and it may only do what a call inside a sandbox does ([`SANDBOX_SCOPED_ACTIONS`]).
+    pub only_sandbox: Option<SandboxId>,
 }
+
+/// What a caller scoped to one sandbox may do: read it, run commands, move files, read logs.
+pub const SANDBOX_SCOPED_ACTIONS: [Action; 5] = [
+    Action::ReadSandboxes,
+    Action::ReadLogs,
+    Action::ReadFiles,
+    Action::WriteFiles,
+    Action::Exec,
+];
 
 impl Principal {
     fn with(role: Role, method: AuthMethod, owner: Option<OwnerId>) -> Self {
@@ -71,6 +87,7 @@ impl Principal {
             owner,
             tenant_scoped: false,
             subject: None,
+            only_sandbox: None,
         }
     }
 
@@ -90,6 +107,20 @@ impl Principal {
             admin_fallback,
             ..Self::with(Role::Api, AuthMethod::ApiKey, owner)
         }
+    }
+
+    /// A caller that proved itself with sandbox `id`'s access token: it reaches that sandbox
+    /// only, whatever its tenant or owner, and only as a call inside it would.
+    pub fn for_sandbox(id: SandboxId) -> Self {
+        Principal {
+            only_sandbox: Some(id),
+            ..Self::with(Role::Api, AuthMethod::SandboxToken, None)
+        }
+    }
+
+    /// Whether this caller may reach sandbox `id` at all.
+    pub fn may_reach(&self, id: &SandboxId) -> bool {
+        self.only_sandbox.as_ref().is_none_or(|only| only == id)
     }
 
     /// A caller holding `auth.admin_api_key`.
@@ -133,6 +164,10 @@ impl Principal {
     /// anonymous caller of a server without authentication, who could name anyone) or a tenant
     /// admin.
     pub fn sees_every_owner(&self) -> bool {
+        if self.only_sandbox.is_some() {
+            // Its token names the sandbox: it reaches that one whoever owns it.
+            return true;
+        }
         match self.role {
             Role::Admin => self.method != AuthMethod::Anonymous,
             Role::TenantAdmin => true,
@@ -157,6 +192,9 @@ impl Principal {
 
     /// Whether the permission table lets this caller do `action`.
     pub fn may(&self, action: Action) -> bool {
+        if self.only_sandbox.is_some() && !SANDBOX_SCOPED_ACTIONS.contains(&action) {
+            return false;
+        }
         permits(self.role, self.admin_fallback, action)
     }
 }

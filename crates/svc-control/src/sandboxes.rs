@@ -69,7 +69,10 @@ impl ControlPlane {
             .get_sandbox(&parsed)
             .await?
             .ok_or_else(not_found)?;
-        if !principal.can_see_tenant(&sandbox.tenant_id) || self.owner_hides(principal, &sandbox) {
+        if !principal.can_see_tenant(&sandbox.tenant_id)
+            || !principal.may_reach(&sandbox.id)
+            || self.owner_hides(principal, &sandbox)
+        {
             return Err(not_found());
         }
         Ok(sandbox)
@@ -160,6 +163,10 @@ impl ControlPlane {
         query: &ListSandboxes,
     ) -> Result<Option<SandboxFilter>, Error> {
         self.authorize(principal, Action::ReadSandboxes)?;
+        if principal.only_sandbox.is_some() {
+            // A caller scoped to one sandbox names it; it lists nothing.
+            return Ok(None);
+        }
         let state = match query.state.as_deref() {
             None | Some("") => StateFilter::Active,
             Some("all") => StateFilter::All,

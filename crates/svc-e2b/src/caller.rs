@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use base64::Engine;
-use svc_control::{ControlPlane, Credentials, EventFilter, Principal};
+use svc_control::{ControlPlane, Credentials, EventFilter, Offered, Principal};
 use svc_core::event::EventType;
 use svc_core::Error;
 
@@ -76,13 +76,8 @@ impl E2b {
 
     /// The caller of a control-plane route.
     pub(crate) async fn api_caller(&self, headers: &HeaderMap) -> Result<Principal, Error> {
-        let bearer = header(headers, "authorization").and_then(|v| v.strip_prefix("Bearer "));
-        let credentials = Credentials {
-            api_key: header(headers, "x-api-key"),
-            admin_api_key: header(headers, "x-admin-api-key"),
-            bearer,
-        };
-        self.plane.authenticate(&credentials).await
+        let offered = Offered::from_headers(headers);
+        self.plane.authenticate(&offered.credentials()).await
     }
 
     /// The caller of an in-sandbox service.
@@ -97,13 +92,14 @@ impl E2b {
             })?
             .to_owned();
         let principal = if self.plane.auth_enabled() {
-            let token = header(headers, "x-access-token").ok_or_else(|| Error::Unauthorized {
+            let offered = Offered::from_headers(headers);
+            let token = offered.access_token().ok_or_else(|| Error::Unauthorized {
                 message: "X-Access-Token is required (the sandbox's envdAccessToken)".into(),
             })?;
+            // Scoped to the sandbox its token names: it reaches no other.
             self.plane
                 .verify_sandbox_access_token(token, &sandbox)
-                .await?;
-            Principal::system()
+                .await?
         } else {
             self.plane.authenticate(&Credentials::default()).await?
         };

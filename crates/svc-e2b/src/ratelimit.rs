@@ -9,8 +9,9 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use svc_control::ratelimit::RateKey;
+use svc_control::Offered;
 
-use crate::caller::{header, E2b};
+use crate::caller::E2b;
 use crate::error::E2bError;
 
 static LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -25,15 +26,8 @@ pub(crate) async fn limit(State(e2b): State<E2b>, request: Request, next: Next) 
     let headers = request.headers();
     // The credential the request authenticates with, as the API keys its buckets: the API key,
     // else the sandbox access token, else a bearer token (each its own bucket).
-    let bearer = header(headers, "authorization").and_then(|v| v.strip_prefix("Bearer "));
-    let credential = [
-        header(headers, "x-api-key"),
-        header(headers, "x-access-token"),
-        bearer,
-    ]
-    .into_iter()
-    .flatten()
-    .find(|v| !v.is_empty());
+    let offered = Offered::from_headers(headers);
+    let credential = offered.rate_key();
     let key = RateKey {
         owner: None,
         api_key: credential,

@@ -165,7 +165,7 @@ async fn exec_ws(
         .map_err(|e| Error::internal("naming an exec", e))?;
     // A browser that sent its credential as a subprotocol gets `svc` back (it must get one of
     // the protocols it offered, or it fails the handshake).
-    let upgrade = upgrade.protocols([crate::auth::WEBSOCKET_PROTOCOL]);
+    let upgrade = upgrade.protocols([svc_control::identity::WEBSOCKET_PROTOCOL]);
     let mut response = upgrade.on_upgrade(move |socket| {
         crate::stream::ws::session(plane, principal, id, exec_id, socket)
     });

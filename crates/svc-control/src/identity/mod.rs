@@ -4,11 +4,15 @@
 
 mod api_keys;
 mod members;
+mod offered;
 pub mod oidc;
 mod worker_tokens;
 
 pub use api_keys::{ApiKeys, Credentials};
 pub(crate) use members::MemberRoles;
+pub use offered::{
+    bearer, Offered, ACCESS_TOKEN_HEADER, ADMIN_API_KEY_HEADER, API_KEY_HEADER, WEBSOCKET_PROTOCOL,
+};
 pub use oidc::{Oidc, OidcIdentity};
 pub use worker_tokens::{
     WorkerToken, WorkerTokenRequest, WorkerTokens, SCOPE_HEARTBEAT, SCOPE_LEASE,
@@ -154,6 +158,7 @@ impl ControlPlane {
             owner: None,
             tenant_scoped: true,
             subject: Some(identity.subject.clone()),
+            only_sandbox: None,
         })
     }
 

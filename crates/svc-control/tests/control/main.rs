@@ -934,3 +934,61 @@ async fn a_refused_exec_control_is_the_callers_error() {
     assert_eq!(resized.kind(), ErrorKind::BadRequest, "{resized}");
     fx.plane.kill_exec(&admin, id, exec_id).await.unwrap();
 }
+
+/// A caller that proved itself with one sandbox's access token (the E2B listener's in-sandbox
+/// calls) reaches that sandbox only, and only as a call inside it would: another sandbox is
+/// not found, listings are empty, lifecycle and admin actions are forbidden.
+#[tokio::test]
+async fn a_caller_scoped_to_one_sandbox_reaches_no_other() {
+    let fx = Fixture::new().await;
+    let own = fx.spawn().await.unwrap();
+    let other = fx.spawn().await.unwrap();
+    let token = fx.plane.sandbox_access_token(&own.id).await.unwrap();
+    let scoped = fx
+        .plane
+        .verify_sandbox_access_token(&token, own.id.as_str())
+        .await
+        .unwrap();
+    let true_ = || svc_control::ExecCommand {
+        command: "true".into(),
+        ..Default::default()
+    };
+    let ran = fx
+        .plane
+        .exec_buffered(&scoped, own.id.as_str(), true_())
+        .await
+        .unwrap();
+    assert_eq!(ran.exit_code, 0);
+    assert!(fx.plane.get_sandbox(&scoped, own.id.as_str()).await.is_ok());
+    for refused in [
+        fx.plane
+            .exec_buffered(&scoped, other.id.as_str(), true_())
+            .await
+            .map(drop),
+        fx.plane
+            .get_sandbox(&scoped, other.id.as_str())
+            .await
+            .map(drop),
+    ] {
+        assert_eq!(refused.unwrap_err().kind(), ErrorKind::NotFound);
+    }
+    assert!(fx
+        .plane
+        .list_sandboxes(&scoped, ListSandboxes::default())
+        .await
+        .unwrap()
+        .is_empty());
+    for forbidden in [
+        fx.plane.spawn_sandbox(&scoped, request()).await.map(drop),
+        fx.plane.destroy_sandbox(&scoped, own.id.as_str()).await,
+        fx.plane.authorize(&scoped, Action::UseAdminRoutes),
+    ] {
+        assert_eq!(forbidden.unwrap_err().kind(), ErrorKind::Forbidden);
+    }
+    let wrong = fx
+        .plane
+        .verify_sandbox_access_token(&token, other.id.as_str())
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.kind(), ErrorKind::Unauthorized);
+}

@@ -7,6 +7,8 @@
 mod auth;
 mod database;
 mod defaults;
+#[cfg(test)]
+mod documented;
 mod e2b;
 mod events;
 mod exec;

@@ -7,7 +7,7 @@
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -247,8 +247,8 @@ fn forwardable(headers: &mut HeaderMap, upgrade: bool, for_upstream: bool) {
     }
     if for_upstream {
         headers.remove(header::AUTHORIZATION);
-        headers.remove(HeaderName::from_static("x-api-key"));
-        headers.remove(HeaderName::from_static("x-admin-api-key"));
+        headers.remove(&svc_control::identity::API_KEY_HEADER);
+        headers.remove(&svc_control::identity::ADMIN_API_KEY_HEADER);
         let cookies: Vec<String> = headers
             .get_all(header::COOKIE)
             .iter()
@@ -274,10 +274,14 @@ async fn proxy(previews: &Previews, target: Target, mut request: Request) -> Res
     let access = match &token {
         Some(token) => PreviewAccess::Token(token),
         None => match crate::auth::principal_of(plane, request.headers()).await {
-            Ok(caller) => {
-                principal = caller;
-                PreviewAccess::Caller(&principal)
-            }
+            // The route table's action for the proxy, as the middleware checks it for others.
+            Ok(caller) => match plane.authorize(&caller, crate::permissions::PREVIEW_ACTION) {
+                Ok(()) => {
+                    principal = caller;
+                    PreviewAccess::Caller(&principal)
+                }
+                Err(err) => return ApiError(err).into_response(),
+            },
             Err(err) => return ApiError(err).into_response(),
         },
     };
