@@ -8,6 +8,7 @@ mod extract;
 pub mod hosts;
 mod observe;
 mod openapi;
+mod openapi_check;
 mod permissions;
 mod ratelimit;
 mod router;
@@ -16,4 +17,5 @@ mod stream;
 
 pub use error::{ApiError, ErrorBody};
 pub use openapi::{openapi_document, OpenApiFormat};
+pub use openapi_check::check_responses;
 pub use router::router;

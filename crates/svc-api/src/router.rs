@@ -123,6 +123,7 @@ pub fn router(plane: ControlPlane) -> Router {
             crate::ratelimit::limit,
         ))
         .layer(axum::middleware::from_fn(crate::error::json_errors))
+        .layer(axum::middleware::from_fn(crate::openapi_check::check))
         // The console (decisions §21): its own files, outside the API's authentication and rate
         // limit (the data comes from the API, with the caller's credential); a preview host still
         // reaches its sandbox first.

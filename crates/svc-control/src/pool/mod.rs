@@ -110,13 +110,23 @@ impl Pool {
         identity: PoolIdentity,
     ) -> Arc<Self> {
         // A logical sandbox has no console or usage of its own: the VM's would show the
-        // other users'. Built once per process.
+        // other users'. It cannot be paused alone (that would freeze the other users' VM), nor
+        // made from a warm runtime (a seat is a workspace, not a runtime). Built once per
+        // process.
         let capabilities: &'static [Capability] = Box::leak(
             inner
                 .capabilities()
                 .iter()
                 .copied()
-                .filter(|c| !matches!(c, Capability::Console | Capability::Stats))
+                .filter(|c| {
+                    !matches!(
+                        c,
+                        Capability::Console
+                            | Capability::Stats
+                            | Capability::Pause
+                            | Capability::WarmPool
+                    )
+                })
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
         );
@@ -163,6 +173,13 @@ impl Pool {
             total_users: Some(users as u64),
             max_users_per_vm: Some(u64::from(self.config.max_users_per_vm)),
         }
+    }
+
+    /// [`Pool::reserve`] for tests that spawn through the provider directly (the conformance
+    /// cases), without admission.
+    #[cfg(feature = "test-support")]
+    pub async fn reserve_for_tests(&self, owner: &str, id: &SandboxId) -> Result<(), Error> {
+        self.reserve(owner, id).await
     }
 
     /// Reserves a seat for `owner`'s new sandbox `id` (admission): 409 when the owner holds a

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod fixture;
+mod pool_conformance;
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

@@ -887,6 +887,11 @@ impl Provider for DockerProvider {
         for attempt in 1..=RESUME_ATTEMPTS {
             match &result {
                 Err(err) if errors::runtime_not_yet_paused(err) && attempt < RESUME_ATTEMPTS => {
+                    // The engine's own state decides: a container it does not hold paused
+                    // runs already (a resume of a running sandbox is no error).
+                    if !self.is_paused(&name).await? {
+                        break;
+                    }
                     tracing::debug!(container = %name, attempt, "the runtime is not yet paused; resuming again");
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
                     result = docker.unpause_container(&name).await;
@@ -899,7 +904,12 @@ impl Provider for DockerProvider {
                 *paused = false;
                 Ok(())
             }
-            Err(err) if status_of(&err) == Some(409) && !self.is_paused(&name).await? => {
+            // Idempotent: engines answer 409 (newer) or 500 "is not paused" (20.10) for a
+            // container that runs.
+            Err(err)
+                if (status_of(&err) == Some(409) || errors::runtime_not_yet_paused(&err))
+                    && !self.is_paused(&name).await? =>
+            {
                 *paused = false;
                 Ok(())
             }

@@ -98,6 +98,9 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind ephemeral port");
+        // Every JSON answer of every test's server is checked against the OpenAPI document: a
+        // mismatch becomes a 500 naming it (svc_api::check_responses).
+        svc_api::check_responses();
         let server = svc::start_with_clock(config.clone(), listener, clock.clone())
             .await
             .expect("server starts");
