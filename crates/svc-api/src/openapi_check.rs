@@ -113,6 +113,14 @@ pub(crate) fn conforms(
     Err("the document declares no JSON body".into())
 }
 
+/// Whether `value` matches component schema `name` of the OpenAPI document (for tests that
+/// check one object of an answer).
+pub fn conforms_to(name: &str, value: &Value) -> Result<(), String> {
+    let doc = document();
+    let schema = serde_json::json!({ "$ref": format!("#/components/schemas/{name}") });
+    matches(doc, &schema, value, name)
+}
+
 /// Checks `value` against `schema`.
 fn matches(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     let schema = resolved(doc, schema)?;

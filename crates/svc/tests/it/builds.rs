@@ -1053,12 +1053,14 @@ async fn builds_past_the_concurrency_bound_wait_their_turn() {
         json!({}),
     )
     .await;
-    opened.store(true, Ordering::SeqCst);
+    // Checked while the first build still holds the slot: once the gate opens, the second may
+    // run and end before anyone looks.
     assert_eq!(
         build_record(&server, "second", &second).await["status"],
         "running",
         "a waiting build shows running"
     );
+    opened.store(true, Ordering::SeqCst);
     // The second build's first step comes only once the first build's record has ended:
     // checked when that step is read, not by comparing arrival times of two streams.
     let second_follow = async {

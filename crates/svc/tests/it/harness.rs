@@ -372,56 +372,11 @@ where
     }
 }
 
-/// The OpenAPI document, generated once per test binary.
-fn openapi() -> &'static Value {
-    static DOCUMENT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
-    DOCUMENT.get_or_init(|| {
-        serde_json::from_str(&svc_api::openapi_document(svc_api::OpenApiFormat::Json))
-            .expect("the OpenAPI document is JSON")
-    })
-}
-
-/// Checks a response object against a component schema of the OpenAPI document: every
-/// required property is present and every property present is declared, with the declared
-/// JSON type.
+/// Checks a response object against a component schema of the OpenAPI document (the same
+/// check every JSON answer gets, `svc_api::check_responses`).
 #[track_caller]
 pub fn assert_schema(schema_name: &str, value: &Value) {
-    let schema = &openapi()["components"]["schemas"][schema_name];
-    let properties = schema["properties"]
-        .as_object()
-        .unwrap_or_else(|| panic!("schema {schema_name} has no properties"));
-    let object = value
-        .as_object()
-        .unwrap_or_else(|| panic!("{schema_name}: {value} is not an object"));
-    for required in schema["required"].as_array().into_iter().flatten() {
-        let name = required.as_str().unwrap();
-        assert!(
-            object.contains_key(name),
-            "{schema_name}: required {name} missing in {value}"
-        );
-    }
-    for (key, field) in object {
-        let declared = properties
-            .get(key)
-            .unwrap_or_else(|| panic!("{schema_name}: {key} is not in the document"));
-        let types: Vec<&str> = match &declared["type"] {
-            Value::String(t) => vec![t.as_str()],
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => continue,
-        };
-        let actual = match field {
-            Value::Null => "null",
-            Value::Bool(_) => "boolean",
-            Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-            Value::Number(_) => "number",
-            Value::String(_) => "string",
-            Value::Array(_) => "array",
-            Value::Object(_) => "object",
-        };
-        let ok = types.contains(&actual) || (actual == "integer" && types.contains(&"number"));
-        assert!(
-            ok,
-            "{schema_name}.{key}: {actual} where the document says {types:?}"
-        );
+    if let Err(problem) = svc_api::conforms_to(schema_name, value) {
+        panic!("{schema_name}: {problem} in {value}");
     }
 }
