@@ -237,9 +237,19 @@ const scenarios = {
     await terminal.waitFor();
     await page.getByText("connected", { exact: true }).waitFor();
     await terminal.click();
-    await page.keyboard.type("echo $((6*7))\n");
-    // The typed line holds no "42": only the command's output can.
-    await terminal.locator(".xterm-rows").getByText(/^\s*42\s*$/).first().waitFor({ timeout: 30000 });
+    // The typed line holds no "42": only the command's output can. A line typed before the
+    // shell has set up its terminal may be discarded by it (a busy machine starts the shell
+    // late), so the line is typed again until its answer shows.
+    const answer = terminal.locator(".xterm-rows").getByText(/^\s*42\s*$/).first();
+    for (let attempt = 1; ; attempt++) {
+      await page.keyboard.type("echo $((6*7))\n");
+      try {
+        await answer.waitFor({ timeout: 10000 });
+        break;
+      } catch (error) {
+        if (attempt === 6) throw error;
+      }
+    }
     // No keyboard trap: Shift+Tab leaves the terminal.
     await page.keyboard.press("Shift+Tab");
     const inside = await page.evaluate(() =>
