@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use svc_core::access::Action;
-use svc_core::sandbox::{Sandbox, SandboxState};
+use svc_core::sandbox::Sandbox;
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{Provider, ProviderError};
 
@@ -102,11 +102,8 @@ impl ControlPlane {
     ) -> Result<(Target, I), Error> {
         self.authorize(principal, operation.action)?;
         let input = input?;
-        let sandbox = self.find_sandbox(principal, id).await?;
-        if sandbox.state != SandboxState::Running {
-            return Err(sandbox.not_running_error());
-        }
-        Ok((self.open(sandbox, operation).await?, input))
+        let sandbox = self.running_sandbox(principal, id).await?;
+        Ok((self.target(sandbox, operation)?, input))
     }
 
     /// [`ControlPlane::enter`], then `call` with its failure classified: the whole of most
@@ -143,6 +140,11 @@ impl ControlPlane {
         operation: Operation,
     ) -> Result<Target, Error> {
         self.check_not_fenced(&sandbox).await?;
+        self.target(sandbox, operation)
+    }
+
+    /// The last step of the door: the sandbox's provider, enabled and capable.
+    fn target(&self, sandbox: Sandbox, operation: Operation) -> Result<Target, Error> {
         let provider = self.capable_provider(&sandbox.provider, operation.capability)?;
         Ok(Target {
             sandbox,
