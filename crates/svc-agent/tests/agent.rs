@@ -709,7 +709,7 @@ async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(ended, Some(7));
+    assert_eq!(ended, Some(Some(7)));
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "done\n");
 
     // Found again, it can still be killed, with its whole group.
@@ -729,7 +729,7 @@ async fn a_detached_command_outlives_its_connection_and_is_found_by_handle() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(ended, Some(128 + 9));
+    assert_eq!(ended, Some(Some(128 + 9)));
     // An attached session still gets its output and exit, and has a handle too.
     let session = client.exec(spec(&["echo", "hi"])).await.unwrap();
     assert!(session.control.handle().is_some());

@@ -17,5 +17,5 @@ mod stream;
 
 pub use error::{ApiError, ErrorBody};
 pub use openapi::{openapi_document, OpenApiFormat};
-pub use openapi_check::{check_responses, conforms_to};
+pub use openapi_check::{check_responses, conforms_to, CHECKED_HEADER};
 pub use router::router;

@@ -21,7 +21,7 @@ impl ControlPlane {
         let plan = self.resolve(principal, request, None).await?;
         let mut admission = self
             .store()
-            .check_admission(&plan.owner, plan.ttl, self.global_limits())
+            .check_admission(plan.owner.as_ref(), plan.ttl, self.global_limits())
             .await?;
         if let (true, Placement::Elsewhere { reason, .. }) = (admission.allowed, &plan.placement) {
             // Placement is the last check (decisions §10).

@@ -96,7 +96,7 @@ impl ControlPlane {
     pub(crate) async fn enter<I>(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         operation: Operation,
         input: Result<I, Error>,
     ) -> Result<(Target, I), Error> {
@@ -111,7 +111,7 @@ impl ControlPlane {
     pub(crate) async fn on_running<I, T>(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         operation: Operation,
         input: Result<I, Error>,
         call: impl AsyncFnOnce(&Target, I) -> Result<T, Failure>,
@@ -125,7 +125,7 @@ impl ControlPlane {
     pub(crate) async fn visible(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         operation: Operation,
     ) -> Result<Sandbox, Error> {
         self.authorize(principal, operation.action)?;

@@ -12,9 +12,9 @@ use futures::StreamExt;
 use svc_core::access::Action;
 use svc_core::error::LimitReason;
 use svc_core::event::{EventPayload, ExecEventData, ExecOperation};
-use svc_core::exec::{ExecRecord, ExecResult, ExecStatus, TIMEOUT_EXIT_CODE, UNKNOWN_EXIT_CODE};
+use svc_core::exec::{exit_code_on_wire, ExecRecord, ExecResult, ExecStatus, TIMEOUT_EXIT_CODE};
 use svc_core::path::SandboxPath;
-use svc_core::{Capability, Error, ExecId, GoDuration, SandboxId};
+use svc_core::{Capability, Error, ExecId, GoDuration, OwnerId, SandboxId};
 use svc_provider::{
     ExecChunk, ExecControl, ExecSpec, ExitStatus, OutputStream, ProviderError, StdStream, TtySize,
 };
@@ -108,8 +108,8 @@ pub struct ExecCommand {
 /// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecEnding {
-    /// Exit code (124 on timeout; [`UNKNOWN_EXIT_CODE`] when the provider lost the status).
-    pub exit_code: i32,
+    /// Exit code (124 on timeout); `None` when the provider lost the status.
+    pub exit_code: Option<i32>,
     /// True when the deadline killed it.
     pub timed_out: bool,
     /// Wall time.
@@ -257,17 +257,20 @@ impl RunningExec {
             duration,
         );
         let exit_code = match (status, self.timed_out) {
-            (_, true) => TIMEOUT_EXIT_CODE,
-            (Ok(status), false) => status.code,
-            (Err(_), false) => UNKNOWN_EXIT_CODE,
+            (_, true) => Some(TIMEOUT_EXIT_CODE),
+            (Ok(status), false) => Some(status.code),
+            (Err(_), false) => None,
         };
         let ended_as = if self.timed_out {
             ExecStatus::TimedOut
         } else {
             ExecStatus::Exited
         };
-        self.job
-            .end(ended_as, Some(exit_code), self.plane.clock().now());
+        self.job.end(
+            ended_as,
+            Some(exit_code_on_wire(exit_code)),
+            self.plane.clock().now(),
+        );
         if self.timed_out {
             let timeout = GoDuration::new(self.timeout.unwrap_or_default());
             self.publish(|data| {
@@ -286,7 +289,7 @@ impl RunningExec {
         } else {
             self.publish(|data| {
                 EventPayload::ExecCompleted(ExecEventData {
-                    exit_code: Some(exit_code),
+                    exit_code,
                     duration: Some(GoDuration::new(duration).to_string()),
                     ..data
                 })
@@ -391,7 +394,7 @@ impl ControlPlane {
     /// effective maximum (429 when the request exceeds it).
     async fn exec_deadline(
         &self,
-        owner: &str,
+        owner: Option<&OwnerId>,
         requested: Option<GoDuration>,
     ) -> Result<Option<Duration>, Error> {
         let defaults = &self.config().defaults;
@@ -425,7 +428,7 @@ impl ControlPlane {
     pub async fn start_exec(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         command: ExecCommand,
         form: ExecForm,
     ) -> Result<RunningExec, Error> {
@@ -437,9 +440,9 @@ impl ControlPlane {
             // A background exec has no default deadline; an explicit one is still capped.
             None
         } else {
-            self.exec_deadline(&sandbox.owner_id, command.timeout)
+            self.exec_deadline(sandbox.owner_id.as_ref(), command.timeout)
                 .await
-                .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?
+                .inspect_err(|err| self.publish_limit(err, sandbox.owner_id.as_ref()))?
         };
         let exec_id = command.exec_id.clone().unwrap_or_else(ExecId::generate);
         let record = ExecRecord {
@@ -535,7 +538,7 @@ impl ControlPlane {
     pub async fn exec_background(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         command: ExecCommand,
     ) -> Result<ExecId, Error> {
         let command = ExecCommand {
@@ -555,7 +558,7 @@ impl ControlPlane {
     pub async fn exec_buffered(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         command: ExecCommand,
     ) -> Result<ExecResult, Error> {
         let mut running = self
@@ -580,7 +583,7 @@ impl ControlPlane {
                 ExecOutput::Ended(ending) => {
                     return Ok(ExecResult {
                         exec_id: running.exec_id.clone(),
-                        exit_code: ending.exit_code,
+                        exit_code: exit_code_on_wire(ending.exit_code),
                         stdout: String::from_utf8_lossy(&stdout).into_owned(),
                         stderr: String::from_utf8_lossy(&stderr).into_owned(),
                         duration: GoDuration::new(ending.duration),
@@ -626,37 +629,70 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_failed_kill_still_answers_after_the_grace_period() {
-        let timeout = Duration::from_millis(50);
+    /// A buffered command of the test provider, ending as `exit` says, after `output`.
+    async fn running(
+        output: OutputStream,
+        exit: BoxFuture<'static, Result<ExitStatus, ProviderError>>,
+        timeout: Option<Duration>,
+    ) -> (RunningExec, Arc<Job>) {
         let record = crate::exec_jobs::running_record(&SandboxId::generate());
-        let exec_id = record.exec_id.clone();
-        let job = Job::new(record, None, false, 1024);
-        let mut running = RunningExec {
-            exec_id,
+        let job = Job::new(record.clone(), None, false, 1024);
+        let running = RunningExec {
+            exec_id: record.exec_id,
             job: Arc::clone(&job),
             plane: ControlPlane::for_tests().await,
-            sandbox_id: SandboxId::parse("sb-0000000000000000").unwrap(),
+            sandbox_id: record.sandbox_id,
             tenant_id: "default".to_owned(),
             provider: "test",
             form: ExecForm::Buffered,
-            output: Some(Box::pin(futures::stream::pending())),
-            exit: Some(Box::pin(futures::future::pending())),
+            output: Some(output),
+            exit: Some(exit),
             status: None,
             control: Arc::new(Unkillable),
             started: Instant::now(),
-            timeout: Some(timeout),
-            deadline: Some(tokio::time::Instant::now() + timeout),
+            timeout,
+            deadline: timeout.map(|timeout| tokio::time::Instant::now() + timeout),
             timed_out: false,
             ended: false,
             keep_running: false,
             detached: false,
         };
+        (running, job)
+    }
+
+    /// A provider that lost a command's status: no code inside svc, and answers and records
+    /// carry the wire's -1.
+    #[tokio::test]
+    async fn a_lost_exit_status_is_no_code_and_minus_one_on_the_wire() {
+        let lost = Box::pin(async { Err(ProviderError::failed("the agent went away")) });
+        let (mut running, job) = running(Box::pin(futures::stream::empty()), lost, None).await;
+        match running.next().await {
+            Some(ExecOutput::Ended(ending)) => {
+                assert_eq!((ending.exit_code, ending.timed_out), (None, false));
+                assert_eq!(exit_code_on_wire(ending.exit_code), -1);
+            }
+            other => panic!("expected the ending, got {other:?}"),
+        }
+        assert_eq!(
+            (job.snapshot().status, job.snapshot().exit_code),
+            (ExecStatus::Exited, Some(-1))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_kill_still_answers_after_the_grace_period() {
+        let timeout = Duration::from_millis(50);
+        let (mut running, job) = running(
+            Box::pin(futures::stream::pending()),
+            Box::pin(futures::future::pending()),
+            Some(timeout),
+        )
+        .await;
         let begun = tokio::time::Instant::now();
         match running.next().await {
             Some(ExecOutput::Ended(ending)) => {
                 assert!(ending.timed_out);
-                assert_eq!(ending.exit_code, TIMEOUT_EXIT_CODE);
+                assert_eq!(ending.exit_code, Some(TIMEOUT_EXIT_CODE));
             }
             other => panic!("expected the ending, got {other:?}"),
         }

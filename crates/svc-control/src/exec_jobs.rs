@@ -133,8 +133,8 @@ pub enum ExecReplay {
     },
     /// The exec has ended; nothing follows.
     Exit {
-        /// Its exit code ([`svc_core::exec::UNKNOWN_EXIT_CODE`] when none is known).
-        exit_code: i32,
+        /// Its exit code, when one is known.
+        exit_code: Option<i32>,
         /// Its wall time.
         duration: Duration,
     },
@@ -423,7 +423,7 @@ impl Job {
                 .map(|end| (end - started_at).to_std().unwrap_or_default())
                 .unwrap_or_default();
             items.push(ExecReplay::Exit {
-                exit_code: exit_code.unwrap_or(svc_core::exec::UNKNOWN_EXIT_CODE),
+                exit_code,
                 duration,
             });
         }
@@ -545,7 +545,7 @@ impl ControlPlane {
     pub async fn list_execs(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
     ) -> Result<Vec<ExecRecord>, Error> {
         self.authorize(principal, Action::ReadSandboxes)?;
         let sandbox = self.find_sandbox(principal, id).await?;
@@ -556,11 +556,11 @@ impl ControlPlane {
     pub async fn list_execs_page(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         page: PageRequest,
     ) -> Result<Page<ExecRecord>, Error> {
         let paging =
-            page.open::<(i64, String)>("/sandboxes/{id}/execs", id.to_owned(), MAX_PAGE)?;
+            page.open::<(i64, String)>("/sandboxes/{id}/execs", id.to_string(), MAX_PAGE)?;
         let execs = self.list_execs(principal, id).await?;
         let start = paging
             .after
@@ -578,8 +578,8 @@ impl ControlPlane {
     pub async fn get_exec(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
     ) -> Result<ExecRecord, Error> {
         self.authorize(principal, Action::ReadSandboxes)?;
         Ok(self.find_exec(principal, id, exec_id).await?.snapshot())
@@ -588,8 +588,8 @@ impl ControlPlane {
     async fn find_exec(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
     ) -> Result<Arc<Job>, Error> {
         Ok(self.find_exec_in(principal, id, exec_id).await?.1)
     }
@@ -597,14 +597,15 @@ impl ControlPlane {
     async fn find_exec_in(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
     ) -> Result<(Sandbox, Arc<Job>), Error> {
         let sandbox = self.find_sandbox(principal, id).await?;
-        let job = ExecId::parse(exec_id)
-            .ok()
-            .and_then(|exec| self.inner.exec_jobs.get(&sandbox.id, &exec))
-            .ok_or_else(|| Error::not_found(Resource::Exec, exec_id))?;
+        let job = self
+            .inner
+            .exec_jobs
+            .get(&sandbox.id, exec_id)
+            .ok_or_else(|| Error::not_found(Resource::Exec, exec_id.as_str()))?;
         Ok((sandbox, job))
     }
 
@@ -614,8 +615,8 @@ impl ControlPlane {
     pub async fn exec_output(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
         offsets: [u64; 2],
         follow: bool,
     ) -> Result<BoxStream<'static, ExecReplay>, Error> {
@@ -628,8 +629,8 @@ impl ControlPlane {
     async fn running_exec(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
     ) -> Result<(Arc<Job>, ExecControls), Error> {
         self.authorize(principal, Action::Exec)?;
         let (sandbox, job) = self.find_exec_in(principal, id, exec_id).await?;
@@ -645,7 +646,7 @@ impl ControlPlane {
                 Ok((Arc::clone(&job), controls))
             }
             (_, status) => Err(Error::ExecEnded {
-                id: exec_id.to_owned(),
+                id: exec_id.to_string(),
                 status: status_text(status),
             }),
         }
@@ -655,15 +656,15 @@ impl ControlPlane {
     pub async fn exec_stdin(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
         data: &[u8],
         eof: bool,
     ) -> Result<(), Error> {
         let (job, controls) = self.running_exec(principal, id, exec_id).await?;
         if !job.stdin {
             return Err(Error::ExecEnded {
-                id: exec_id.to_owned(),
+                id: exec_id.to_string(),
                 status: "has no stdin (it was started without one)",
             });
         }
@@ -682,8 +683,8 @@ impl ControlPlane {
     pub async fn signal_exec(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
         signal: &str,
     ) -> Result<(), Error> {
         let signal = Signal::parse(signal).ok_or_else(|| {
@@ -703,8 +704,8 @@ impl ControlPlane {
     pub async fn resize_exec(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
         size: TtySize,
     ) -> Result<(), Error> {
         let (_, controls) = self.running_exec(principal, id, exec_id).await?;
@@ -715,8 +716,8 @@ impl ControlPlane {
     pub async fn kill_exec(
         &self,
         principal: &Principal,
-        id: &str,
-        exec_id: &str,
+        id: &SandboxId,
+        exec_id: &ExecId,
     ) -> Result<(), Error> {
         let (job, controls) = self.running_exec(principal, id, exec_id).await?;
         job.kill_requested
@@ -996,7 +997,7 @@ mod tests {
                 }
                 ExecReplay::Data { data, .. } => stderr.extend_from_slice(&data),
                 ExecReplay::Lost { .. } => panic!("nothing is lost"),
-                ExecReplay::Exit { exit_code, .. } => exit = Some(exit_code),
+                ExecReplay::Exit { exit_code, .. } => exit = exit_code,
             }
         }
         feeder.await.unwrap();
@@ -1016,7 +1017,10 @@ mod tests {
         );
         assert!(matches!(
             late.last(),
-            Some(ExecReplay::Exit { exit_code: 0, .. })
+            Some(ExecReplay::Exit {
+                exit_code: Some(0),
+                ..
+            })
         ));
     }
 }

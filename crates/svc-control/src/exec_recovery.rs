@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use svc_core::access::Action;
-use svc_core::exec::{ExecRecord, ExecStatus};
+use svc_core::exec::{exit_code_on_wire, ExecRecord, ExecStatus};
 use svc_core::sandbox::SandboxState;
 use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{ExecState, Provider};
@@ -185,7 +185,12 @@ impl ControlPlane {
             }
             Ok((ExecState::Exited(code), _)) => {
                 let job = Job::recovered(record, None, ring);
-                job.end_unseen(ExecStatus::Exited, Some(code), now, ENDED_UNSEEN);
+                job.end_unseen(
+                    ExecStatus::Exited,
+                    Some(exit_code_on_wire(code)),
+                    now,
+                    ENDED_UNSEEN,
+                );
                 job
             }
             Ok((ExecState::Gone, _)) => {
@@ -222,7 +227,7 @@ impl ControlPlane {
                 match provider.exec_state(&record.sandbox_id, &handle).await {
                     Ok((ExecState::Running, _)) => {}
                     Ok((ExecState::Exited(code), _)) => {
-                        job.end(ExecStatus::Exited, Some(code), now);
+                        job.end(ExecStatus::Exited, Some(exit_code_on_wire(code)), now);
                         return;
                     }
                     Ok((ExecState::Gone, _)) | Err(_) => {

@@ -8,7 +8,7 @@ use svc_core::exec::parse_mode;
 use svc_core::glob::SandboxGlob;
 use svc_core::path::{NonRootPath, SandboxPath};
 use svc_core::range::RangeAnswer;
-use svc_core::{Capability, Error};
+use svc_core::{Capability, Error, SandboxId};
 use svc_provider::{ByteStream, FileInfo, ProviderError, Upload};
 
 use crate::door::{Operation, Target};
@@ -225,7 +225,7 @@ impl ControlPlane {
     pub async fn write_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         content: &str,
         mode: Option<&str>,
@@ -255,7 +255,7 @@ impl ControlPlane {
     pub async fn upload_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         mode: Option<&str>,
         body: ByteStream,
@@ -284,7 +284,7 @@ impl ControlPlane {
     pub async fn read_archive(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         dir: &str,
     ) -> Result<ByteStream, Error> {
         let input = sandbox_path("path", dir);
@@ -311,7 +311,7 @@ impl ControlPlane {
     pub async fn write_archive(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         dir: &str,
         body: ByteStream,
         length: Option<u64>,
@@ -344,7 +344,7 @@ impl ControlPlane {
     pub async fn read_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         range: Option<&str>,
     ) -> Result<Download, Error> {
@@ -392,7 +392,7 @@ impl ControlPlane {
     pub async fn delete_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         recursive: bool,
     ) -> Result<(), Error> {
@@ -407,7 +407,7 @@ impl ControlPlane {
     pub async fn list_files(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
     ) -> Result<Vec<FileInfo>, Error> {
         let input = sandbox_path("path", path);
@@ -421,7 +421,7 @@ impl ControlPlane {
     pub async fn move_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         old_path: &str,
         new_path: &str,
     ) -> Result<(), Error> {
@@ -441,7 +441,7 @@ impl ControlPlane {
     pub async fn chmod_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         mode: &str,
     ) -> Result<(), Error> {
@@ -461,7 +461,7 @@ impl ControlPlane {
     pub async fn stat_file(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
     ) -> Result<FileInfo, Error> {
         let input = sandbox_path("path", path);
@@ -475,7 +475,7 @@ impl ControlPlane {
     pub async fn glob_files(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         pattern: &str,
     ) -> Result<Vec<String>, Error> {
         let input = SandboxGlob::new(pattern).map_err(|m| Error::invalid("pattern", m));
@@ -489,7 +489,7 @@ impl ControlPlane {
     pub async fn sandbox_logs(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         lines: usize,
     ) -> Result<Vec<String>, Error> {
         self.on_running(principal, id, READ_LOGS, Ok(()), async |on, ()| {

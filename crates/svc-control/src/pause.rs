@@ -6,7 +6,7 @@
 use svc_core::access::Action;
 use svc_core::event::EventPayload;
 use svc_core::sandbox::{Sandbox, SandboxState};
-use svc_core::{Capability, Error};
+use svc_core::{Capability, Error, SandboxId};
 
 use crate::door::{Operation, Target};
 use crate::sandboxes::sandbox_event_data;
@@ -18,7 +18,11 @@ const RESUME: Operation = Operation::new(Action::Pause, Capability::Pause, "resu
 impl ControlPlane {
     /// `POST /sandboxes/{id}/pause`: idempotent; 409 unless running or paused, 400 naming the
     /// provider when it cannot pause.
-    pub async fn pause_sandbox(&self, principal: &Principal, id: &str) -> Result<Sandbox, Error> {
+    pub async fn pause_sandbox(
+        &self,
+        principal: &Principal,
+        id: &SandboxId,
+    ) -> Result<Sandbox, Error> {
         let sandbox = self.visible(principal, id, PAUSE).await?;
         match sandbox.state {
             SandboxState::Paused => return Ok(sandbox),
@@ -52,7 +56,11 @@ impl ControlPlane {
     }
 
     /// `POST /sandboxes/{id}/resume`: idempotent; 409 unless paused or running.
-    pub async fn resume_sandbox(&self, principal: &Principal, id: &str) -> Result<Sandbox, Error> {
+    pub async fn resume_sandbox(
+        &self,
+        principal: &Principal,
+        id: &SandboxId,
+    ) -> Result<Sandbox, Error> {
         let sandbox = self.visible(principal, id, RESUME).await?;
         match sandbox.state {
             SandboxState::Running => return Ok(sandbox),

@@ -153,7 +153,7 @@ impl ControlPlane {
     }
 
     /// Counters of every provider operation and exec.
-    pub fn operations(&self) -> &crate::observe::operations::OperationMetrics {
+    pub(crate) fn operations(&self) -> &crate::observe::operations::OperationMetrics {
         self.inner.providers.operations()
     }
 

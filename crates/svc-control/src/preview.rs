@@ -102,7 +102,7 @@ impl ControlPlane {
     }
 
     /// The preview address of `port` in sandbox `id` by host name.
-    pub fn preview_url(&self, id: &SandboxId, port: u16) -> String {
+    pub(crate) fn preview_url(&self, id: &SandboxId, port: u16) -> String {
         let server = &self.config().server;
         // Port 0 (an ephemeral listener) names no port a client could use.
         let listen = if server.port == 80 || server.port == 0 {
@@ -117,7 +117,7 @@ impl ControlPlane {
     pub async fn issue_preview_token(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         request: PreviewTokenRequest,
     ) -> Result<PreviewToken, Error> {
         self.authorize(principal, Action::Exec)?;
@@ -163,7 +163,7 @@ impl ControlPlane {
     pub async fn authorize_preview(
         &self,
         access: PreviewAccess<'_>,
-        id: &str,
+        id: &SandboxId,
         port: u16,
     ) -> Result<(), Error> {
         match access {
@@ -182,7 +182,7 @@ impl ControlPlane {
 
     /// Opens a connection to `port` in the running sandbox `id` (after
     /// [`ControlPlane::authorize_preview`]): 409 unless it runs, 502 when nothing listens.
-    pub async fn connect_preview(&self, id: &str, port: u16) -> Result<PortStream, Error> {
+    pub async fn connect_preview(&self, id: &SandboxId, port: u16) -> Result<PortStream, Error> {
         let sandbox = self.running_sandbox(&Principal::system(), id).await?;
         let provider = self.enabled_provider(&sandbox.provider)?;
         provider
@@ -208,7 +208,7 @@ impl ControlPlane {
     pub async fn verify_sandbox_access_token(
         &self,
         token: &str,
-        id: &str,
+        id: &SandboxId,
     ) -> Result<Principal, Error> {
         let (_, decoding) = self.preview_keys().await?;
         let mut validation = Validation::new(Algorithm::HS256);
@@ -218,15 +218,18 @@ impl ControlPlane {
         let claims = jsonwebtoken::decode::<AccessClaims>(token, decoding, &validation)
             .map_err(|_| refused("the access token is not valid for this sandbox"))?
             .claims;
-        if claims.sub != id {
+        if claims.sub != id.as_str() {
             return Err(refused("the access token is not valid for this sandbox"));
         }
-        let id = SandboxId::parse(id)
-            .map_err(|_| refused("the access token is not valid for this sandbox"))?;
-        Ok(Principal::for_sandbox(id))
+        Ok(Principal::for_sandbox(id.clone()))
     }
 
-    async fn verify_preview_token(&self, token: &str, id: &str, port: u16) -> Result<(), Error> {
+    async fn verify_preview_token(
+        &self,
+        token: &str,
+        id: &SandboxId,
+        port: u16,
+    ) -> Result<(), Error> {
         const INVALID: &str = "the preview token is not valid for this sandbox and port";
         let (_, decoding) = self.preview_keys().await?;
         let mut validation = Validation::new(Algorithm::HS256);
@@ -240,7 +243,7 @@ impl ControlPlane {
         let claims = jsonwebtoken::decode::<Claims>(token, decoding, &validation)
             .map_err(|_| refused(INVALID))?
             .claims;
-        if claims.sub != id || claims.port != port {
+        if claims.sub != id.as_str() || claims.port != port {
             return Err(refused(INVALID));
         }
         if claims.exp <= self.clock().now().timestamp() {

@@ -40,13 +40,16 @@ impl ControlPlane {
         }
     }
 
-    /// The limits in force for `owner_id` (empty: anonymous, global only).
-    pub(crate) async fn effective_limits(&self, owner_id: &str) -> Result<EffectiveLimits, Error> {
+    /// The limits in force for `owner` (none: anonymous, global only).
+    pub(crate) async fn effective_limits(
+        &self,
+        owner: Option<&OwnerId>,
+    ) -> Result<EffectiveLimits, Error> {
         let global = self.global_limits();
-        if owner_id.is_empty() {
+        let Some(owner) = owner else {
             return Ok(global.effective(None));
-        }
-        let quota = self.store().get_quota(owner_id).await?;
+        };
+        let quota = self.store().get_quota(owner.as_str()).await?;
         Ok(global.effective(quota.map(|q| q.limits()).as_ref()))
     }
 

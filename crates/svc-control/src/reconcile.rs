@@ -33,7 +33,7 @@ use svc_core::clock::add_duration;
 use svc_core::event::{EventPayload, ReconcileEventData, SandboxEventData};
 use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::worker::LeaseAcquire;
-use svc_core::{Capability, Error, SandboxId};
+use svc_core::{Capability, Error, OwnerId, SandboxId};
 use svc_provider::{
     Provider, RuntimeInfo, RuntimeStatus, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_OWNER,
     LABEL_POOL, LABEL_TENANT,
@@ -240,7 +240,7 @@ impl ControlPlane {
             metadata: BTreeMap::new(),
             worker_id: Some(self.worker_id().to_owned()),
             tenant_id: tenant,
-            owner_id: label(LABEL_OWNER),
+            owner_id: OwnerId::parse(&label(LABEL_OWNER)).ok(),
             template: None,
             network: None,
             destroyed_at: None,

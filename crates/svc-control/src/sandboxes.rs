@@ -60,15 +60,10 @@ impl ControlPlane {
     pub(crate) async fn find_sandbox(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
     ) -> Result<Sandbox, Error> {
-        let not_found = || Error::not_found(Resource::Sandbox, id);
-        let parsed = SandboxId::parse(id).map_err(|_| not_found())?;
-        let sandbox = self
-            .store()
-            .get_sandbox(&parsed)
-            .await?
-            .ok_or_else(not_found)?;
+        let not_found = || Error::not_found(Resource::Sandbox, id.as_str());
+        let sandbox = self.store().get_sandbox(id).await?.ok_or_else(not_found)?;
         if !principal.can_see_tenant(&sandbox.tenant_id)
             || !principal.may_reach(&sandbox.id)
             || self.owner_hides(principal, &sandbox)
@@ -83,7 +78,10 @@ impl ControlPlane {
     pub(crate) fn owner_hides(&self, principal: &Principal, sandbox: &Sandbox) -> bool {
         self.config().pool.enabled
             && !principal.sees_every_owner()
-            && principal.acting_owner() != Some(sandbox.owner_id.as_str())
+            && !matches!(
+                (principal.acting_owner(), &sandbox.owner_id),
+                (Some(acting), Some(owner)) if acting == owner.as_str()
+            )
     }
 
     /// A sandbox the caller may see that is `running` (for exec, files, logs, extend); any
@@ -92,7 +90,7 @@ impl ControlPlane {
     pub(crate) async fn running_sandbox(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
     ) -> Result<Sandbox, Error> {
         let sandbox = self.find_sandbox(principal, id).await?;
         if sandbox.state != SandboxState::Running {
@@ -103,14 +101,22 @@ impl ControlPlane {
     }
 
     /// `GET /sandboxes/{id}`.
-    pub async fn get_sandbox(&self, principal: &Principal, id: &str) -> Result<Sandbox, Error> {
+    pub async fn get_sandbox(
+        &self,
+        principal: &Principal,
+        id: &SandboxId,
+    ) -> Result<Sandbox, Error> {
         self.authorize(principal, Action::ReadSandboxes)?;
         self.find_sandbox(principal, id).await
     }
 
     /// Checks that `id` names a running sandbox the caller may run commands in, without doing
     /// anything (the WebSocket route answers errors before its upgrade).
-    pub async fn check_exec_target(&self, principal: &Principal, id: &str) -> Result<(), Error> {
+    pub async fn check_exec_target(
+        &self,
+        principal: &Principal,
+        id: &SandboxId,
+    ) -> Result<(), Error> {
         self.authorize(principal, Action::Exec)?;
         self.running_sandbox(principal, id).await.map(drop)
     }
@@ -199,7 +205,11 @@ impl ControlPlane {
 
     /// `DELETE /sandboxes/{id}`: idempotent; destroying an ended sandbox answers the same,
     /// without an event. A sandbox still being created cannot be destroyed yet (409).
-    pub async fn destroy_sandbox(&self, principal: &Principal, id: &str) -> Result<(), Error> {
+    pub async fn destroy_sandbox(
+        &self,
+        principal: &Principal,
+        id: &SandboxId,
+    ) -> Result<(), Error> {
         self.authorize(principal, Action::Destroy)?;
         let sandbox = self.find_sandbox(principal, id).await?;
         if sandbox.state == SandboxState::Creating {
@@ -354,7 +364,7 @@ impl ControlPlane {
     pub async fn extend_sandbox(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
         request: ExtendRequest,
     ) -> Result<Sandbox, Error> {
         self.authorize(principal, Action::Extend)?;
@@ -362,9 +372,9 @@ impl ControlPlane {
         let sandbox = self.running_sandbox(principal, id).await?;
         let ttl = request.ttl.as_std();
         let now = self.clock().now();
-        let limits = self.effective_limits(&sandbox.owner_id).await?;
+        let limits = self.effective_limits(sandbox.owner_id.as_ref()).await?;
         check_ttl(limits.max_ttl, sandbox.lifetime_if_extended(now, ttl))
-            .inspect_err(|err| self.publish_limit(err, &sandbox.owner_id))?;
+            .inspect_err(|err| self.publish_limit(err, sandbox.owner_id.as_ref()))?;
         match self
             .store()
             .set_sandbox_expiry(&sandbox.id, add_duration(now, ttl))

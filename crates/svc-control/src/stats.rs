@@ -2,7 +2,7 @@
 //! taken by its provider when asked, for providers declaring the `stats` capability.
 
 use svc_core::access::Action;
-use svc_core::{Capability, Error};
+use svc_core::{Capability, Error, SandboxId};
 use svc_provider::SandboxStats;
 
 use crate::door::Operation;
@@ -17,7 +17,7 @@ impl ControlPlane {
     pub async fn sandbox_stats(
         &self,
         principal: &Principal,
-        id: &str,
+        id: &SandboxId,
     ) -> Result<SandboxStats, Error> {
         self.on_running(principal, id, READ_STATS, Ok(()), async |on, ()| {
             Ok(on.provider.stats(on.id()).await?)

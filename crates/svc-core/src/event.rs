@@ -223,7 +223,8 @@ pub struct SandboxEventData {
     /// Image.
     pub image: String,
     /// Owner; empty when anonymous.
-    pub owner_id: String,
+    #[serde(with = "crate::owner::empty_when_anonymous")]
+    pub owner_id: Option<crate::OwnerId>,
     /// Tenant.
     pub tenant_id: String,
     /// The worker holding it.
@@ -283,7 +284,8 @@ pub struct LimitEventData {
     /// Which limit.
     pub reason: LimitReason,
     /// The owner it applied to; empty when anonymous.
-    pub owner_id: String,
+    #[serde(with = "crate::owner::empty_when_anonymous")]
+    pub owner_id: Option<crate::OwnerId>,
 }
 
 /// `data` of `operation.failed` and `provider.failed`.
@@ -301,7 +303,8 @@ pub struct FailureEventData {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SpawnQueueEventData {
     /// The waiting spawn's owner; empty when anonymous.
-    pub owner_id: String,
+    #[serde(with = "crate::owner::empty_when_anonymous")]
+    pub owner_id: Option<crate::OwnerId>,
     /// How long it waited (Go duration string); absent on `spawn.queued`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait: Option<String>,
@@ -506,7 +509,7 @@ mod tests {
         );
         let limit = EventPayload::ResourceLimit(LimitEventData {
             reason: LimitReason::MaxSandboxes,
-            owner_id: String::new(),
+            owner_id: None,
         });
         assert_eq!(
             serde_json::Value::Object(limit.into_data()),

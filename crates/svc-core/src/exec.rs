@@ -10,9 +10,15 @@ use crate::duration::GoDuration;
 /// The exit code of a command that hit its deadline (as `timeout(1)` reports it).
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
-/// The exit code reported when a command's status could not be learnt (the provider lost it
-/// while waiting). Events say so by leaving `exit_code` out.
+/// How the wire spells the exit code of a command whose status could not be learnt (the
+/// provider lost it while waiting): answers and exit frames carry a number, so they say -1.
+/// Inside svc such a code is `None`; events leave `exit_code` out.
 pub const UNKNOWN_EXIT_CODE: i32 = -1;
+
+/// An exit code as answers and exit frames carry it: [`UNKNOWN_EXIT_CODE`] when none is known.
+pub fn exit_code_on_wire(code: Option<i32>) -> i32 {
+    code.unwrap_or(UNKNOWN_EXIT_CODE)
+}
 
 /// `POST /sandboxes/{id}/exec` body.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

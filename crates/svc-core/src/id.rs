@@ -21,7 +21,7 @@ pub struct InvalidId {
 }
 
 macro_rules! prefixed_id {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal, $example:literal) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $prefix:literal, $example:literal, $resource:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
@@ -48,6 +48,13 @@ macro_rules! prefixed_id {
                         value: input.to_owned(),
                     })
                 }
+            }
+
+            /// An ID a caller named (in a path or a host name): a malformed one names nothing,
+            /// so it is not found, like a well-formed one that does not exist.
+            pub fn named(input: &str) -> Result<Self, crate::Error> {
+                Self::parse(input)
+                    .map_err(|_| crate::Error::not_found(crate::error::Resource::$resource, input))
             }
 
             /// The ID as text.
@@ -94,7 +101,8 @@ prefixed_id!(
     SandboxId,
     "sandbox",
     "sb-",
-    "sb-0123456789abcdef"
+    "sb-0123456789abcdef",
+    Sandbox
 );
 
 prefixed_id!(
@@ -102,7 +110,8 @@ prefixed_id!(
     ExecId,
     "exec",
     "ex-",
-    "ex-0123456789abcdef"
+    "ex-0123456789abcdef",
+    Exec
 );
 
 prefixed_id!(
@@ -110,7 +119,8 @@ prefixed_id!(
     BuildId,
     "build",
     "bd-",
-    "bd-0123456789abcdef"
+    "bd-0123456789abcdef",
+    Build
 );
 
 #[cfg(test)]
@@ -138,6 +148,32 @@ mod tests {
             "sb-../../etc/passwd",
         ] {
             assert!(SandboxId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_named_id_is_not_found_as_its_kind() {
+        let id = SandboxId::generate();
+        assert_eq!(SandboxId::named(id.as_str()).unwrap(), id);
+        for (err, resource) in [
+            (
+                SandboxId::named("sb-nope").unwrap_err(),
+                crate::error::Resource::Sandbox,
+            ),
+            (
+                ExecId::named("../x").unwrap_err(),
+                crate::error::Resource::Exec,
+            ),
+            (
+                BuildId::named("").unwrap_err(),
+                crate::error::Resource::Build,
+            ),
+        ] {
+            assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
+            assert!(
+                matches!(&err, crate::Error::NotFound { resource: r, .. } if *r == resource),
+                "{err:?}"
+            );
         }
     }
 

@@ -175,7 +175,9 @@ pub struct Sandbox {
     /// The tenant it belongs to.
     pub tenant_id: String,
     /// The owner (`X-User-ID` or `owner_id`), empty when anonymous.
-    pub owner_id: String,
+    #[serde(with = "crate::owner::empty_when_anonymous")]
+    #[schema(value_type = String)]
+    pub owner_id: Option<crate::OwnerId>,
     /// The template it was spawned from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
@@ -472,7 +474,7 @@ mod tests {
             preview_domain: "x.localhost".into(),
             worker_id: Some("local".into()),
             tenant_id: "default".into(),
-            owner_id: String::new(),
+            owner_id: None,
             template: None,
             network: None,
             destroyed_at: None,

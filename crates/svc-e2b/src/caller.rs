@@ -11,14 +11,14 @@ use axum::http::HeaderMap;
 use base64::Engine;
 use svc_control::{ControlPlane, Credentials, EventFilter, Offered, Principal};
 use svc_core::event::EventType;
-use svc_core::Error;
+use svc_core::{Error, SandboxId};
 
 /// The E2B listener's state.
 #[derive(Clone)]
 pub(crate) struct E2b {
     pub(crate) plane: ControlPlane,
     /// What this listener noted per sandbox, dropped when the sandbox is destroyed.
-    notes: Arc<Mutex<HashMap<String, SandboxNotes>>>,
+    notes: Arc<Mutex<HashMap<SandboxId, SandboxNotes>>>,
     /// The directory watches the SDK polls.
     pub(crate) watchers: crate::watch::Watchers,
 }
@@ -35,7 +35,7 @@ struct SandboxNotes {
 /// A caller of a sandbox's in-sandbox services.
 pub(crate) struct SandboxCaller {
     pub(crate) principal: Principal,
-    pub(crate) sandbox: String,
+    pub(crate) sandbox: SandboxId,
     /// The user the SDK named (`Authorization: Basic <user>:`), when it named one.
     pub(crate) user: Option<String>,
 }
@@ -70,7 +70,7 @@ impl E2b {
         e2b
     }
 
-    fn notes(&self) -> std::sync::MutexGuard<'_, HashMap<String, SandboxNotes>> {
+    fn notes(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, SandboxNotes>> {
         self.notes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -82,27 +82,32 @@ impl E2b {
 
     /// The caller of an in-sandbox service.
     pub(crate) async fn sandbox_caller(&self, headers: &HeaderMap) -> Result<SandboxCaller, Error> {
-        let sandbox = header(headers, "e2b-sandbox-id")
+        let named = header(headers, "e2b-sandbox-id")
             .filter(|id| !id.is_empty())
             .ok_or_else(|| {
                 Error::invalid(
                     "E2b-Sandbox-Id",
                     "header is required (set E2B_SANDBOX_URL to this listener)",
                 )
-            })?
-            .to_owned();
+            })?;
+        let sandbox = SandboxId::named(named);
         let principal = if self.plane.auth_enabled() {
             let offered = Offered::from_headers(headers);
             let token = offered.access_token().ok_or_else(|| Error::Unauthorized {
                 message: "X-Access-Token is required (the sandbox's envdAccessToken)".into(),
             })?;
+            // A malformed ID is one no token names.
+            let sandbox = sandbox.as_ref().map_err(|_| Error::Unauthorized {
+                message: "the access token is not valid for this sandbox".into(),
+            })?;
             // Scoped to the sandbox its token names: it reaches no other.
             self.plane
-                .verify_sandbox_access_token(token, &sandbox)
+                .verify_sandbox_access_token(token, sandbox)
                 .await?
         } else {
             self.plane.authenticate(&Credentials::default()).await?
         };
+        let sandbox = sandbox?;
         let user = header(headers, "authorization")
             .and_then(|v| v.strip_prefix("Basic "))
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
@@ -118,16 +123,16 @@ impl E2b {
 
     /// Notes that `exec` of `sandbox` runs with a terminal (kept while this listener runs: a
     /// terminal reattached after a restart reports its output as stdout).
-    pub(crate) fn remember_terminal(&self, sandbox: &str, exec: &svc_core::ExecId) {
+    pub(crate) fn remember_terminal(&self, sandbox: &SandboxId, exec: &svc_core::ExecId) {
         self.notes()
-            .entry(sandbox.to_owned())
+            .entry(sandbox.clone())
             .or_default()
             .terminals
             .insert(exec.to_string());
     }
 
     /// Whether `exec` of `sandbox` was started with a terminal here.
-    pub(crate) fn is_terminal(&self, sandbox: &str, exec: &svc_core::ExecId) -> bool {
+    pub(crate) fn is_terminal(&self, sandbox: &SandboxId, exec: &svc_core::ExecId) -> bool {
         self.notes()
             .get(sandbox)
             .is_some_and(|notes| notes.terminals.contains(exec.as_str()))
@@ -157,16 +162,20 @@ impl E2b {
 /// when the listener's state is gone.
 fn forget_destroyed_sandboxes(
     plane: ControlPlane,
-    notes: Weak<Mutex<HashMap<String, SandboxNotes>>>,
+    notes: Weak<Mutex<HashMap<SandboxId, SandboxNotes>>>,
 ) {
     let shutdown = plane.shutdown_token().clone();
+    let subscribe = |plane: &ControlPlane| {
+        let filter = EventFilter {
+            types: HashSet::from([EventType::SandboxDestroyed]),
+            ..EventFilter::default()
+        };
+        plane.events().subscribe(filter, None)
+    };
+    // Subscribed before the listener answers anything, so no destruction is missed.
+    let mut destroyed = subscribe(&plane);
     tokio::spawn(async move {
         loop {
-            let filter = EventFilter {
-                types: HashSet::from([EventType::SandboxDestroyed]),
-                ..EventFilter::default()
-            };
-            let mut destroyed = plane.events().subscribe(filter, None);
             loop {
                 let event = tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -179,10 +188,11 @@ fn forget_destroyed_sandboxes(
                     notes
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .remove(id.as_str());
+                        .remove(id);
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+            destroyed = subscribe(&plane);
         }
     });
 }
@@ -224,14 +234,12 @@ mod tests {
         let (gone, kept) = (SandboxId::generate(), SandboxId::generate());
         let exec = ExecId::generate();
         for sandbox in [&gone, &kept] {
-            e2b.remember_terminal(sandbox.as_str(), &exec);
+            e2b.remember_terminal(sandbox, &exec);
         }
-        // The subscription starts on the runtime; let it register before the event.
-        tokio::time::sleep(Duration::from_millis(50)).await;
         let data = SandboxEventData {
             provider: "mock".into(),
             image: "busybox".into(),
-            owner_id: String::new(),
+            owner_id: None,
             tenant_id: "default".into(),
             worker_id: None,
             reason: None,
@@ -242,17 +250,16 @@ mod tests {
         e2b.plane
             .events()
             .publish(Some(&gone), EventPayload::SandboxDestroyed(data));
-        for _ in 0..100 {
-            if !e2b.is_terminal(gone.as_str(), &exec) {
-                break;
-            }
+        // The forgetting runs on its own task: wait for it (a minute only ends a broken run).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while e2b.is_terminal(&gone, &exec) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the destroyed sandbox's notes stay"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert!(
-            !e2b.is_terminal(gone.as_str(), &exec),
-            "the destroyed sandbox's notes stay"
-        );
-        assert!(e2b.is_terminal(kept.as_str(), &exec));
+        assert!(e2b.is_terminal(&kept, &exec));
         assert_eq!(e2b.notes().len(), 1);
     }
 }

@@ -85,7 +85,7 @@ async fn unary(
     body: &[u8],
 ) -> Result<Value, RpcError> {
     let plane = &e2b.plane;
-    let (principal, sandbox) = (&caller.principal, caller.sandbox.as_str());
+    let (principal, sandbox) = (&caller.principal, &caller.sandbox);
     match method {
         "Stat" => {
             let request: PathRequest = connect::request(body)?;

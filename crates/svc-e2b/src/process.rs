@@ -16,7 +16,7 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use svc_control::{ExecCommand, ExecReplay, StdStream, TtySize};
-use svc_core::exec::{ExecRecord, ExecStatus};
+use svc_core::exec::{exit_code_on_wire, ExecRecord, ExecStatus};
 use svc_core::{ExecId, GoDuration};
 
 use crate::caller::{E2b, SandboxCaller};
@@ -190,7 +190,7 @@ async fn unary(
     body: &[u8],
 ) -> Result<Value, RpcError> {
     let plane = &e2b.plane;
-    let (principal, sandbox) = (&caller.principal, caller.sandbox.as_str());
+    let (principal, sandbox) = (&caller.principal, &caller.sandbox);
     match method {
         "List" => {
             let execs = plane.list_execs(principal, sandbox).await?;
@@ -206,7 +206,7 @@ async fn unary(
             let record = find(e2b, caller, &request.process, true).await?;
             let data = input_bytes(&request.input)?;
             plane
-                .exec_stdin(principal, sandbox, record.exec_id.as_str(), &data, false)
+                .exec_stdin(principal, sandbox, &record.exec_id, &data, false)
                 .await?;
             Ok(json!({}))
         }
@@ -214,14 +214,14 @@ async fn unary(
             let request: Selected = connect::request(body)?;
             let record = find(e2b, caller, &request.process, true).await?;
             plane
-                .exec_stdin(principal, sandbox, record.exec_id.as_str(), b"", true)
+                .exec_stdin(principal, sandbox, &record.exec_id, b"", true)
                 .await?;
             Ok(json!({}))
         }
         "SendSignal" => {
             let request: SendSignalRequest = connect::request(body)?;
             let record = find(e2b, caller, &request.process, true).await?;
-            let exec_id = record.exec_id.as_str();
+            let exec_id = &record.exec_id;
             match &request.signal {
                 Value::String(s) if s == "SIGNAL_SIGKILL" => {
                     plane.kill_exec(principal, sandbox, exec_id).await?;
@@ -252,7 +252,7 @@ async fn unary(
                     rows: size.rows,
                 };
                 plane
-                    .resize_exec(principal, sandbox, record.exec_id.as_str(), size)
+                    .resize_exec(principal, sandbox, &record.exec_id, size)
                     .await?;
             }
             Ok(json!({}))
@@ -279,13 +279,7 @@ async fn stream_input(e2b: &E2b, caller: &SandboxCaller, body: Body) -> Result<(
                 .ok_or_else(|| RpcError::invalid("input before the start message"))?;
             let bytes = input_bytes(&data.input)?;
             e2b.plane
-                .exec_stdin(
-                    &caller.principal,
-                    &caller.sandbox,
-                    exec_id.as_str(),
-                    &bytes,
-                    false,
-                )
+                .exec_stdin(&caller.principal, &caller.sandbox, exec_id, &bytes, false)
                 .await?;
         }
     }
@@ -396,13 +390,7 @@ async fn follow(
 ) -> Result<impl Stream<Item = Result<Value, RpcError>> + Send + 'static, RpcError> {
     let replay = e2b
         .plane
-        .exec_output(
-            &caller.principal,
-            &caller.sandbox,
-            exec_id.as_str(),
-            offsets,
-            true,
-        )
+        .exec_output(&caller.principal, &caller.sandbox, &exec_id, offsets, true)
         .await?;
     let started = futures::stream::iter([Ok(json!({"event": {"start": {"pid": pid}}}))]);
     let events = futures::stream::unfold(replay, move |mut replay| async move {
@@ -422,11 +410,14 @@ async fn follow(
                     };
                     json!({"event": {"data": {key: BASE64.encode(&data)}}})
                 }
-                ExecReplay::Exit { exit_code, .. } => json!({"event": {"end": {
+                ExecReplay::Exit { exit_code, .. } => {
+                    let exit_code = exit_code_on_wire(exit_code);
+                    json!({"event": {"end": {
                     "exitCode": exit_code,
                     "exited": true,
                     "status": format!("exit status {exit_code}"),
-                }}}),
+                    }}})
+                }
             };
             return Some((Ok(event), replay));
         }

@@ -14,7 +14,7 @@ use svc_core::egress::{Egress, EgressMode};
 use svc_core::error::Resource;
 use svc_core::sandbox::{ExtendRequest, Metadata, Sandbox, SandboxState, SpawnRequest};
 use svc_core::template::TemplateSpawnRequest;
-use svc_core::{Error, GoDuration};
+use svc_core::{Error, GoDuration, SandboxId};
 
 use crate::caller::{ApiCaller, E2b};
 use crate::error::{E2bError, E2bJson, E2bQuery};
@@ -109,7 +109,10 @@ fn detail(sandbox: &Sandbox) -> Value {
 
 /// A sandbox E2B would still know: not ended (destroyed or failed ones are not found).
 async fn live(e2b: &E2b, principal: &Principal, id: &str) -> Result<Sandbox, E2bError> {
-    let sandbox = e2b.plane.get_sandbox(principal, id).await?;
+    let sandbox = e2b
+        .plane
+        .get_sandbox(principal, &SandboxId::named(id)?)
+        .await?;
     match sandbox.state {
         SandboxState::Running | SandboxState::Paused | SandboxState::Creating => Ok(sandbox),
         SandboxState::Error | SandboxState::Destroyed => {
@@ -314,8 +317,8 @@ pub(crate) async fn kill(
     ApiCaller(principal): ApiCaller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
-    live(&e2b, &principal, &id).await?;
-    e2b.plane.destroy_sandbox(&principal, &id).await?;
+    let sandbox = live(&e2b, &principal, &id).await?;
+    e2b.plane.destroy_sandbox(&principal, &sandbox.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -339,9 +342,9 @@ async fn end_in(
     id: &str,
     seconds: u64,
 ) -> Result<StatusCode, E2bError> {
-    live(e2b, principal, id).await?;
+    let sandbox = live(e2b, principal, id).await?;
     e2b.plane
-        .extend_sandbox(principal, id, ExtendRequest { ttl: ttl(seconds) })
+        .extend_sandbox(principal, &sandbox.id, ExtendRequest { ttl: ttl(seconds) })
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -369,7 +372,7 @@ pub(crate) async fn pause(
             format!("sandbox {id} is already paused"),
         ));
     }
-    e2b.plane.pause_sandbox(&principal, &id).await?;
+    e2b.plane.pause_sandbox(&principal, &sandbox.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -385,7 +388,7 @@ pub(crate) async fn connect(
     let mut sandbox = live(&e2b, &principal, &id).await?;
     let resumed = sandbox.state == SandboxState::Paused;
     if resumed {
-        sandbox = e2b.plane.resume_sandbox(&principal, &id).await?;
+        sandbox = e2b.plane.resume_sandbox(&principal, &sandbox.id).await?;
     }
     if let Some(seconds) = body.timeout {
         // A timeout beyond what a time can hold is the caller's mistake (400), never a panic.
@@ -399,7 +402,7 @@ pub(crate) async fn connect(
         if wanted > sandbox.expires_at {
             sandbox = e2b
                 .plane
-                .extend_sandbox(&principal, &id, ExtendRequest { ttl: ttl(seconds) })
+                .extend_sandbox(&principal, &sandbox.id, ExtendRequest { ttl: ttl(seconds) })
                 .await?;
         }
     }
@@ -419,7 +422,7 @@ pub(crate) async fn metrics(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Value>>, E2bError> {
     let sandbox = live(&e2b, &principal, &id).await?;
-    let stats = e2b.plane.sandbox_stats(&principal, &id).await?;
+    let stats = e2b.plane.sandbox_stats(&principal, &sandbox.id).await?;
     Ok(Json(vec![json!({
         "timestamp": stats.sampled_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         "timestampUnix": stats.sampled_at.timestamp(),

@@ -27,7 +27,7 @@ type Snapshot = BTreeMap<String, (bool, u64, Timestamp)>;
 
 /// A watch the SDK polls (`CreateWatcher`).
 struct Watcher {
-    sandbox: String,
+    sandbox: svc_core::SandboxId,
     dir: String,
     recursive: bool,
     seen: Snapshot,

@@ -67,8 +67,8 @@ pub trait ExecControl: Send + Sync {
 pub enum ExecState {
     /// Still running.
     Running,
-    /// Ended with this exit code.
-    Exited(i32),
+    /// Ended, with its exit code when the provider kept it.
+    Exited(Option<i32>),
     /// The provider no longer knows it.
     Gone,
 }

@@ -21,7 +21,7 @@ use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{BuildId, SandboxId, Timestamp};
+use svc_core::{BuildId, OwnerId, SandboxId, Timestamp};
 
 pub use error::StoreError;
 pub use filter::{KeyPage, SandboxFilter, SandboxPosition, StateFilter};
@@ -147,11 +147,11 @@ pub trait Store: Send + Sync + 'static {
         lease_ttl: Duration,
     ) -> StoreResult<Admission>;
 
-    /// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`,
+    /// The admission decision for a spawn of `owner` (none: anonymous) living `lifetime`,
     /// with every count filled in; writes nothing.
     async fn check_admission(
         &self,
-        owner_id: &str,
+        owner: Option<&OwnerId>,
         lifetime: Duration,
         limits: GlobalLimits,
     ) -> StoreResult<Admission>;

@@ -23,7 +23,7 @@ use svc_core::sandbox::{Ending, Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, PolicyEffect, PolicyResource, Tenant, DEFAULT_TENANT};
 use svc_core::worker::{LeaseAcquire, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
-use svc_core::{BuildId, GoDuration, SandboxId, Timestamp};
+use svc_core::{BuildId, GoDuration, OwnerId, SandboxId, Timestamp};
 use svc_store::postgres::PgStore;
 use svc_store::sqlite::SqliteStore;
 use svc_store::{
@@ -246,7 +246,7 @@ fn sandbox(owner: &str, provider: &str, created: Timestamp) -> Sandbox {
         ]),
         worker_id: Some("local".into()),
         tenant_id: "default".into(),
-        owner_id: owner.into(),
+        owner_id: OwnerId::parse(owner).ok(),
         template: None,
         network: Some("bridge".into()),
         destroyed_at: None,
@@ -1077,9 +1077,10 @@ async fn admission_applies_owner_quotas_in_order(store: &dyn Store) {
         max_exec_timeout: GoDuration::ZERO,
     };
     store.put_quota("carol", quota, at(0)).await.unwrap();
+    let carol = OwnerId::parse("carol").unwrap();
     // TTL first: the quota's 2m replaces the global 1h, and a TTL denial wins over capacity.
     let too_long = store
-        .check_admission("carol", Duration::from_secs(121), limits)
+        .check_admission(Some(&carol), Duration::from_secs(121), limits)
         .await
         .unwrap();
     assert_eq!(too_long.reason, Some(LimitReason::MaxTtl));
@@ -1094,7 +1095,7 @@ async fn admission_applies_owner_quotas_in_order(store: &dyn Store) {
         );
     }
     let check = store
-        .check_admission("carol", MINUTE, limits)
+        .check_admission(Some(&carol), MINUTE, limits)
         .await
         .unwrap();
     assert_eq!(check.reason, Some(LimitReason::MaxOwnerSandboxes));
@@ -1111,12 +1112,12 @@ async fn admission_applies_owner_quotas_in_order(store: &dyn Store) {
     // Without the quota the global per-owner limit (1) applies again.
     assert!(store.delete_quota("carol").await.unwrap());
     let global = store
-        .check_admission("carol", MINUTE, limits)
+        .check_admission(Some(&carol), MINUTE, limits)
         .await
         .unwrap();
     assert_eq!(global.max_owner_sandboxes, 1);
     assert_eq!(global.max_ttl, GoDuration::from_secs(3600));
-    let anonymous = store.check_admission("", MINUTE, limits).await.unwrap();
+    let anonymous = store.check_admission(None, MINUTE, limits).await.unwrap();
     assert!(anonymous.allowed, "{anonymous:?}");
     assert_eq!(anonymous.active_owner_sandboxes, 0);
     assert_eq!(anonymous.active_sandboxes, 2);
@@ -1573,7 +1574,12 @@ async fn every_filter_combination_lists_what_it_names(store: &dyn Store) {
                         StateFilter::All => true,
                         StateFilter::Only(state) => s.state == state,
                     })
-                    .filter(|s| filter.owner_id.as_ref().is_none_or(|o| *o == s.owner_id))
+                    .filter(|s| {
+                        filter
+                            .owner_id
+                            .as_ref()
+                            .is_none_or(|o| *o == s.owner_id.as_ref().map_or("", OwnerId::as_str))
+                    })
                     .filter(|s| filter.provider.as_ref().is_none_or(|p| *p == s.provider))
                     .filter(|s| filter.tenant_id.as_ref().is_none_or(|t| *t == s.tenant_id))
                     .filter(|s| {

@@ -11,7 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 use svc_control::{ControlPlane, ExecCommand, ExecForm};
 use svc_core::exec::{ExecRecord, ExecRequest, ExecResult, ExecStarted, ExecStatus, OnDisconnect};
-use svc_core::Error;
+use svc_core::{Error, ExecId, SandboxId};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -60,6 +60,7 @@ async fn exec(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
+    let id = SandboxId::named(&id)?;
     let stream = request.stream;
     if request.background {
         if stream {
@@ -128,6 +129,7 @@ async fn logs(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<LogsQuery>,
 ) -> Result<Json<Vec<String>>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let lines = query.lines.unwrap_or(100);
     if lines > MAX_LOG_LINES {
         return Err(Error::invalid("lines", format!("must be at most {MAX_LOG_LINES}")).into());
@@ -148,6 +150,7 @@ async fn exec_ws(
     Path(id): Path<String>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    let id = SandboxId::named(&id)?;
     // Errors the caller can act on come as HTTP answers, before the upgrade.
     plane.check_exec_target(&principal, &id).await?;
     let upgrade = upgrade.map_err(|rejection| {
@@ -204,6 +207,7 @@ async fn list_execs(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(paged(
         plane.list_execs_page(&principal, &id, query.into()).await?,
     ))
@@ -220,6 +224,7 @@ async fn get_exec(
     Caller(principal): Caller,
     Path((id, exec_id)): Path<(String, String)>,
 ) -> Result<Json<ExecRecord>, ApiError> {
+    let (id, exec_id) = (SandboxId::named(&id)?, ExecId::named(&exec_id)?);
     Ok(Json(plane.get_exec(&principal, &id, &exec_id).await?))
 }
 
@@ -235,6 +240,7 @@ async fn kill_exec(
     Caller(principal): Caller,
     Path((id, exec_id)): Path<(String, String)>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let (id, exec_id) = (SandboxId::named(&id)?, ExecId::named(&exec_id)?);
     plane.kill_exec(&principal, &id, &exec_id).await?;
     Ok(Json(StatusBody { status: "killed" }))
 }
@@ -253,6 +259,7 @@ async fn exec_stdin(
     Path((id, exec_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<StdinBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let (id, exec_id) = (SandboxId::named(&id)?, ExecId::named(&exec_id)?);
     plane
         .exec_stdin(&principal, &id, &exec_id, body.data.as_bytes(), body.eof)
         .await?;
@@ -274,6 +281,7 @@ async fn signal_exec(
     Path((id, exec_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<SignalBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let (id, exec_id) = (SandboxId::named(&id)?, ExecId::named(&exec_id)?);
     plane
         .signal_exec(&principal, &id, &exec_id, &body.signal)
         .await?;
@@ -308,6 +316,7 @@ async fn exec_output(
     Path((id, exec_id)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<OutputQuery>,
 ) -> Result<Response, ApiError> {
+    let (id, exec_id) = (SandboxId::named(&id)?, ExecId::named(&exec_id)?);
     let offsets = [
         query.stdout_offset.unwrap_or(0),
         query.stderr_offset.unwrap_or(0),

@@ -9,6 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use svc_control::{ControlPlane, FileInfo};
 use svc_core::range::RangeAnswer;
+use svc_core::SandboxId;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -136,6 +137,7 @@ async fn write(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<WriteFile>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let mode = body.mode.as_ref().map(ModeText::text);
     plane
         .write_file(
@@ -184,6 +186,7 @@ async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Written>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let path = required(query.path, "path")?;
     let size = plane
         .upload_file(
@@ -222,6 +225,7 @@ async fn read_archive(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
+    let id = SandboxId::named(&id)?;
     let dir = required(query.path, "path")?;
     let stream = plane.read_archive(&principal, &id, &dir).await?;
     Ok((
@@ -249,6 +253,7 @@ async fn write_archive(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Extracted>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let dir = required(query.path, "path")?;
     let entries = plane
         .write_archive(
@@ -282,6 +287,7 @@ async fn read(
     ApiQuery(query): ApiQuery<PathQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let id = SandboxId::named(&id)?;
     let path = required(query.path, "path")?;
     let range = headers
         .get(header::RANGE)
@@ -332,6 +338,7 @@ async fn delete(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<DeleteQuery>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let path = required(query.path, "path")?;
     plane
         .delete_file(&principal, &id, &path, query.recursive.unwrap_or(false))
@@ -351,6 +358,7 @@ async fn list(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> Result<Json<Vec<FileInfo>>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let path = query.path.unwrap_or_else(|| "/".to_owned());
     Ok(Json(plane.list_files(&principal, &id, &path).await?))
 }
@@ -368,6 +376,7 @@ async fn move_file(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<MoveFile>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let id = SandboxId::named(&id)?;
     plane
         .move_file(&principal, &id, &body.old_path, &body.new_path)
         .await?;
@@ -387,6 +396,7 @@ async fn chmod(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ChmodFile>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let id = SandboxId::named(&id)?;
     plane
         .chmod_file(&principal, &id, &body.path, &body.mode.text())
         .await?;
@@ -406,6 +416,7 @@ async fn stat(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> Result<Json<FileInfo>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let path = required(query.path, "path")?;
     Ok(Json(plane.stat_file(&principal, &id, &path).await?))
 }
@@ -421,6 +432,7 @@ async fn glob(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<GlobQuery>,
 ) -> Result<Json<Vec<String>>, ApiError> {
+    let id = SandboxId::named(&id)?;
     let pattern = required(query.pattern, "pattern")?;
     Ok(Json(plane.glob_files(&principal, &id, &pattern).await?))
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use svc_control::{ControlPlane, ListSandboxes, PageRequest, SandboxStats};
 use svc_core::admission::Admission;
 use svc_core::sandbox::{ExtendRequest, Sandbox, SpawnRequest};
+use svc_core::SandboxId;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -118,6 +119,7 @@ async fn get(
     Caller(principal): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Sandbox>, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(Json(plane.get_sandbox(&principal, &id).await?))
 }
 
@@ -132,6 +134,7 @@ async fn destroy(
     Caller(principal): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<StatusBody>, ApiError> {
+    let id = SandboxId::named(&id)?;
     plane.destroy_sandbox(&principal, &id).await?;
     Ok(Json(StatusBody {
         status: "destroyed",
@@ -153,6 +156,7 @@ async fn extend(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<ExtendRequest>,
 ) -> Result<Json<Sandbox>, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(Json(plane.extend_sandbox(&principal, &id, request).await?))
 }
 
@@ -171,6 +175,7 @@ async fn pause(
     Caller(principal): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Sandbox>, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(Json(plane.pause_sandbox(&principal, &id).await?))
 }
 
@@ -189,6 +194,7 @@ async fn resume(
     Caller(principal): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Sandbox>, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(Json(plane.resume_sandbox(&principal, &id).await?))
 }
 
@@ -206,6 +212,7 @@ async fn stats(
     Caller(principal): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SandboxStats>, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(Json(plane.sandbox_stats(&principal, &id).await?))
 }
 

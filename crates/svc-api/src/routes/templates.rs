@@ -10,6 +10,7 @@ use svc_control::{BuildInput, ControlPlane};
 use svc_core::build::{BuildAccepted, BuildLogLine, BuildRequest, TemplateBuild};
 use svc_core::sandbox::Sandbox;
 use svc_core::template::{Template, TemplateSpawnRequest, TemplateSpec};
+use svc_core::BuildId;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -172,6 +173,7 @@ async fn get_build(
     Caller(principal): Caller,
     Path((name, build_id)): Path<(String, String)>,
 ) -> Result<Json<TemplateBuild>, ApiError> {
+    let build_id = BuildId::named(&build_id)?;
     Ok(Json(plane.get_build(&principal, &name, &build_id).await?))
 }
 
@@ -187,6 +189,7 @@ async fn cancel_build(
     Caller(principal): Caller,
     Path((name, build_id)): Path<(String, String)>,
 ) -> Result<Json<TemplateBuild>, ApiError> {
+    let build_id = BuildId::named(&build_id)?;
     Ok(Json(
         plane.cancel_build(&principal, &name, &build_id).await?,
     ))
@@ -212,6 +215,7 @@ async fn build_logs(
     Path((name, build_id)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<FollowQuery>,
 ) -> Result<Response, ApiError> {
+    let build_id = BuildId::named(&build_id)?;
     let lines = plane
         .build_logs(&principal, &name, &build_id, query.follow.unwrap_or(true))
         .await?;

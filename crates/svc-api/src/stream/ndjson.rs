@@ -5,6 +5,7 @@ use axum::body::{Body, Bytes};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use svc_control::{ExecOutput, ExecReplay, RunningExec, StdStream, Utf8Chunker};
+use svc_core::exec::exit_code_on_wire;
 use svc_core::GoDuration;
 
 use super::{stream_name, timeout_message, TextDecoder};
@@ -39,10 +40,10 @@ fn chunk_line(stream: StdStream, text: &str) -> Bytes {
     })
 }
 
-fn exit_line(exit_code: i32, duration: std::time::Duration) -> Bytes {
+fn exit_line(exit_code: Option<i32>, duration: std::time::Duration) -> Bytes {
     ndjson_line(&NdjsonLine {
         stream: "exit",
-        exit_code: Some(exit_code),
+        exit_code: Some(exit_code_on_wire(exit_code)),
         duration: Some(GoDuration::new(duration).to_string()),
         ..NdjsonLine::default()
     })

@@ -16,6 +16,7 @@ use svc_control::{
     ControlPlane, ExecCommand, ExecControls, ExecForm, ExecOutput, Principal, Signal, StdStream,
     TtySize,
 };
+use svc_core::exec::exit_code_on_wire;
 use svc_core::GoDuration;
 use tokio::sync::mpsc;
 
@@ -108,7 +109,7 @@ fn frame_text(message: &Message) -> Result<Option<&str>, String> {
 pub(crate) async fn session(
     plane: ControlPlane,
     principal: Principal,
-    id: String,
+    id: svc_core::SandboxId,
     exec_id: svc_core::ExecId,
     socket: WebSocket,
 ) {
@@ -174,7 +175,7 @@ pub(crate) async fn session(
                     if ending.timed_out {
                         send_output(&mut sink, StdStream::Stderr, &timeout_message(ending.timeout)).await;
                     }
-                    send_json(&mut sink, serde_json::json!({"type": "exit", "exit_code": ending.exit_code})).await;
+                    send_json(&mut sink, serde_json::json!({"type": "exit", "exit_code": exit_code_on_wire(ending.exit_code)})).await;
                     let _ = sink
                         .send(Message::Close(Some(CloseFrame {
                             code: axum::extract::ws::close_code::NORMAL,

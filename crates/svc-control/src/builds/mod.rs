@@ -120,10 +120,6 @@ impl Builds {
     }
 }
 
-fn parse_build_id(id: &str) -> Result<BuildId, Error> {
-    BuildId::parse(id).map_err(|_| Error::not_found(Resource::Build, id))
-}
-
 fn build_event(build: &TemplateBuild) -> BuildEventData {
     BuildEventData {
         template: build.template.clone(),
@@ -215,7 +211,7 @@ impl ControlPlane {
         &self,
         principal: &Principal,
         name: &str,
-        build_id: &str,
+        build_id: &BuildId,
     ) -> Result<TemplateBuild, Error> {
         self.authorize(principal, Action::ReadTemplates)?;
         let template = self.visible_template(principal, name).await?;
@@ -223,12 +219,15 @@ impl ControlPlane {
     }
 
     /// Build `build_id` of `template` (read as its caller may see or change it), or 404.
-    async fn build_of(&self, template: &Template, build_id: &str) -> Result<TemplateBuild, Error> {
-        let id = parse_build_id(build_id)?;
+    async fn build_of(
+        &self,
+        template: &Template,
+        build_id: &BuildId,
+    ) -> Result<TemplateBuild, Error> {
         self.store()
-            .get_build(&template.name, &id)
+            .get_build(&template.name, build_id)
             .await?
-            .ok_or_else(|| Error::not_found(Resource::Build, build_id))
+            .ok_or_else(|| Error::not_found(Resource::Build, build_id.as_str()))
     }
 
     /// `DELETE /templates/{name}/builds/{build_id}`: cancels a running build (the record
@@ -237,7 +236,7 @@ impl ControlPlane {
         &self,
         principal: &Principal,
         name: &str,
-        build_id: &str,
+        build_id: &BuildId,
     ) -> Result<TemplateBuild, Error> {
         self.authorize(principal, Action::WriteTemplates)?;
         let template = self.writable_template(principal, name).await?;
@@ -255,7 +254,7 @@ impl ControlPlane {
         else {
             let ended = self.build_of(&template, build_id).await?;
             return Err(Error::BuildEnded {
-                id: build_id.to_owned(),
+                id: build_id.to_string(),
                 status: ended.status.as_str(),
             });
         };
@@ -276,7 +275,7 @@ impl ControlPlane {
         &self,
         principal: &Principal,
         name: &str,
-        build_id: &str,
+        build_id: &BuildId,
         follow: bool,
     ) -> Result<impl Stream<Item = Bytes> + Send + 'static, Error> {
         self.authorize(principal, Action::ReadTemplates)?;

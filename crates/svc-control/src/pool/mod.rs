@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use svc_core::config::PoolConfig;
-use svc_core::{Capability, Clock, Error, SandboxId};
+use svc_core::{Capability, Clock, Error, OwnerId, SandboxId};
 use svc_provider::shell_files::ShellFiles;
 use svc_provider::{
     ExecUser, Provider, ProviderError, SpawnSpec, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_POOL,
@@ -179,12 +179,22 @@ impl Pool {
     /// cases), without admission.
     #[cfg(feature = "test-support")]
     pub async fn reserve_for_tests(&self, owner: &str, id: &SandboxId) -> Result<(), Error> {
-        self.reserve(owner, id).await
+        self.reserve(OwnerId::parse(owner).ok().as_ref(), id).await
     }
 
     /// Reserves a seat for `owner`'s new sandbox `id` (admission): 409 when the owner holds a
     /// sandbox (here or, per the store, on another worker), 503 when the pool is full.
-    pub(crate) async fn reserve(&self, owner: &str, id: &SandboxId) -> Result<(), Error> {
+    pub(crate) async fn reserve(
+        &self,
+        owner: Option<&OwnerId>,
+        id: &SandboxId,
+    ) -> Result<(), Error> {
+        let Some(owner) = owner.map(OwnerId::as_str) else {
+            return Err(Error::invalid(
+                "X-User-ID",
+                "an anonymous caller has no workspace in pool mode: name the owner",
+            ));
+        };
         if workspace::workspace_of(owner).is_none() {
             return Err(Error::invalid(
                 "X-User-ID",

@@ -9,7 +9,7 @@ use svc_core::error::LimitReason;
 use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
 use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::worker::WorkerStatus;
-use svc_core::{Error, GoDuration, SandboxId};
+use svc_core::{Error, GoDuration, OwnerId, SandboxId};
 use svc_store::KeyPage;
 
 use super::placement::Placement;
@@ -105,7 +105,7 @@ impl ControlPlane {
         // Pool mode: a seat first, so a full pool refuses before anything is written.
         let pool = self.providers().pool();
         if let Some(pool) = pool {
-            match pool.reserve(&plan.owner, &sandbox.id).await {
+            match pool.reserve(plan.owner.as_ref(), &sandbox.id).await {
                 Ok(()) => {}
                 Err(error @ Error::PoolFull { .. }) => {
                     return Ok(Err(Denial::PoolFull {
@@ -196,7 +196,7 @@ impl ControlPlane {
         };
         let admission = self
             .store()
-            .check_admission(&plan.owner, plan.ttl, self.global_limits())
+            .check_admission(plan.owner.as_ref(), plan.ttl, self.global_limits())
             .await?;
         let denial = admission
             .error(plan.ttl)
@@ -204,7 +204,7 @@ impl ControlPlane {
                 reason: *reason,
                 message: message.clone(),
             });
-        self.publish_limit(&denial, &plan.owner);
+        self.publish_limit(&denial, plan.owner.as_ref());
         Ok(denial)
     }
 
@@ -229,7 +229,7 @@ impl ControlPlane {
         };
         let queue = self.spawn_queue();
         if !queueable {
-            self.publish_limit(&denial, &plan.owner);
+            self.publish_limit(&denial, plan.owner.as_ref());
             return Err(denial);
         }
         let ticket = match queued {
@@ -242,7 +242,7 @@ impl ControlPlane {
             }
             None => match queue.join(seen_epoch) {
                 Ok(ticket) => {
-                    self.publish_queue(EventPayload::SpawnQueued, &plan.owner, None);
+                    self.publish_queue(EventPayload::SpawnQueued, plan.owner.as_ref(), None);
                     ticket
                 }
                 Err(full) => {
@@ -252,7 +252,7 @@ impl ControlPlane {
                             full.max
                         )
                     });
-                    self.publish_limit(&denial, &plan.owner);
+                    self.publish_limit(&denial, plan.owner.as_ref());
                     return Err(denial);
                 }
             },
@@ -261,7 +261,11 @@ impl ControlPlane {
             Woken::Retry => Ok(ticket),
             Woken::TimedOut => {
                 let waited = ticket.timed_out();
-                self.publish_queue(EventPayload::SpawnQueueTimeout, &plan.owner, Some(waited));
+                self.publish_queue(
+                    EventPayload::SpawnQueueTimeout,
+                    plan.owner.as_ref(),
+                    Some(waited),
+                );
                 Err(with_message(denial, |m| {
                     format!(
                         "no capacity within {} in the spawn queue (spawn_queue_timeout): {m}",
@@ -279,7 +283,7 @@ impl ControlPlane {
 
     /// A queued spawn was admitted: leaves the queue, records the wait, publishes
     /// `spawn.dequeued`.
-    pub(crate) fn leave_queue(&self, ticket: Option<Ticket>, owner: &str) {
+    pub(crate) fn leave_queue(&self, ticket: Option<Ticket>, owner: Option<&OwnerId>) {
         if let Some(ticket) = ticket {
             let waited = ticket.dequeued();
             self.publish_queue(EventPayload::SpawnDequeued, owner, Some(waited));
@@ -289,26 +293,26 @@ impl ControlPlane {
     fn publish_queue(
         &self,
         payload: fn(SpawnQueueEventData) -> EventPayload,
-        owner: &str,
+        owner: Option<&OwnerId>,
         waited: Option<std::time::Duration>,
     ) {
         self.events().publish(
             None,
             payload(SpawnQueueEventData {
-                owner_id: owner.to_owned(),
+                owner_id: owner.cloned(),
                 wait: waited.map(|w| GoDuration::new(w).to_string()),
             }),
         );
     }
 
     /// `resource.limit` for a limit error.
-    pub(crate) fn publish_limit(&self, error: &Error, owner: &str) {
+    pub(crate) fn publish_limit(&self, error: &Error, owner: Option<&OwnerId>) {
         if let Error::ResourceLimit { reason, .. } = error {
             self.events().publish(
                 None,
                 EventPayload::ResourceLimit(LimitEventData {
                     reason: *reason,
-                    owner_id: owner.to_owned(),
+                    owner_id: owner.cloned(),
                 }),
             );
         }

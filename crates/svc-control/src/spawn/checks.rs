@@ -139,23 +139,21 @@ pub(super) fn check_network(
 pub(super) fn resolve_owner(
     principal: &Principal,
     body_owner: Option<&str>,
-) -> Result<String, Error> {
+) -> Result<Option<OwnerId>, Error> {
     if let Some(owner) = &principal.owner {
-        return Ok(owner.as_str().to_owned());
+        return Ok(Some(owner.clone()));
     }
     match body_owner {
         // An OIDC caller owns what it spawns, when its subject is a valid owner ID.
         None => Ok(principal
             .subject
             .as_deref()
-            .and_then(|sub| OwnerId::parse(sub).ok())
-            .map(|o| o.as_str().to_owned())
-            .unwrap_or_default()),
+            .and_then(|sub| OwnerId::parse(sub).ok())),
         Some(owner) => {
             let owner =
                 OwnerId::parse(owner).map_err(|e| Error::invalid("owner_id", e.to_string()))?;
             principal.check_may_act_as("owner_id", owner.as_str())?;
-            Ok(owner.as_str().to_owned())
+            Ok(Some(owner))
         }
     }
 }

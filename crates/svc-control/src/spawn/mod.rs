@@ -113,12 +113,12 @@ impl ControlPlane {
             let outcome = tokio::select! {
                 outcome = &mut attempt => outcome,
                 Ok(()) = &mut admitted_rx => {
-                    self.leave_queue(queued.take(), &plan.owner);
+                    self.leave_queue(queued.take(), plan.owner.as_ref());
                     attempt.await
                 }
             };
             if admitted_rx.try_recv().is_ok() {
-                self.leave_queue(queued.take(), &plan.owner);
+                self.leave_queue(queued.take(), plan.owner.as_ref());
             }
             let denial = match outcome? {
                 Ok(sandbox) => return Ok(sandbox),

@@ -13,7 +13,7 @@ use svc_core::sandbox::{
 };
 use svc_core::template::Template;
 use svc_core::tenant::PolicyResource;
-use svc_core::{Error, GoDuration};
+use svc_core::{Error, GoDuration, OwnerId};
 
 use super::checks::{check_egress_for, check_image_for, check_network, check_sizes, resolve_owner};
 use super::placement::Placement;
@@ -30,7 +30,7 @@ pub(crate) struct SpawnPlan {
     pub(super) metadata: BTreeMap<String, String>,
     pub(super) env: BTreeMap<String, String>,
     pub(super) network: Option<String>,
-    pub(crate) owner: String,
+    pub(crate) owner: Option<OwnerId>,
     pub(super) tenant: String,
     pub(super) template: Option<String>,
     pub(super) egress: Egress,
@@ -39,7 +39,7 @@ pub(crate) struct SpawnPlan {
 /// Who spawns, where, with what environment: the request's own fields, checked without I/O
 /// beyond the tenant.
 struct Caller {
-    owner: String,
+    owner: Option<OwnerId>,
     tenant: String,
     env: BTreeMap<String, String>,
 }

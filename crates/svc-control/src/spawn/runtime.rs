@@ -351,7 +351,15 @@ fn spawn_spec(sandbox: &Sandbox, installation: &str) -> SpawnSpec {
         labels: BTreeMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_SANDBOX_ID.to_owned(), sandbox.id.to_string()),
-            (LABEL_OWNER.to_owned(), sandbox.owner_id.clone()),
+            (
+                LABEL_OWNER.to_owned(),
+                // An anonymous sandbox's label is empty.
+                sandbox
+                    .owner_id
+                    .as_ref()
+                    .map(|owner| owner.as_str().to_owned())
+                    .unwrap_or_default(),
+            ),
             (LABEL_TENANT.to_owned(), sandbox.tenant_id.clone()),
             (LABEL_WORKER.to_owned(), worker),
             (LABEL_INSTALLATION.to_owned(), installation.to_owned()),

@@ -21,7 +21,7 @@ use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{Capability, ManualClock, SandboxId, Timestamp};
+use svc_core::{Capability, ManualClock, OwnerId, SandboxId, Timestamp};
 use svc_provider::mock::MockProvider;
 use svc_provider::{Provider, ProviderError, RuntimeInfo, RuntimeStatus, SpawnSpec};
 use svc_store::sqlite::SqliteStore;
@@ -289,11 +289,11 @@ impl Store for FaultyStore {
     }
     async fn check_admission(
         &self,
-        owner_id: &str,
+        owner: Option<&OwnerId>,
         lifetime: Duration,
         limits: GlobalLimits,
     ) -> StoreResult<Admission> {
-        self.inner.check_admission(owner_id, lifetime, limits).await
+        self.inner.check_admission(owner, lifetime, limits).await
     }
     async fn mark_sandbox_running(
         &self,

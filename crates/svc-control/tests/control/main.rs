@@ -331,7 +331,7 @@ async fn a_runtime_that_stopped_ends_its_sandbox_as_provider_failed() {
     assert_eq!(error["message"], "the runtime stopped on provider mock");
     // Operations on it say why it is gone.
     let refusal = plane
-        .check_exec_target(&fx.admin(), stopped.id.as_str())
+        .check_exec_target(&fx.admin(), &stopped.id)
         .await
         .unwrap_err();
     assert_eq!(refusal.kind(), ErrorKind::Conflict);
@@ -409,7 +409,7 @@ async fn recovery_resolves_records_a_crash_left_creating() {
     // A record shaped by a real spawn, then destroyed: the template for the crash's leftovers.
     let shape = fx.spawn().await.unwrap();
     fx.plane
-        .destroy_sandbox(&fx.admin(), shape.id.as_str())
+        .destroy_sandbox(&fx.admin(), &shape.id)
         .await
         .unwrap();
     let interrupted = |worker: &str| Sandbox {
@@ -542,7 +542,7 @@ async fn concurrent_spawns_never_exceed_a_small_capacity() {
                 .map(|s| s.owner_id)
         })
     });
-    let owners: Vec<String> = futures::future::join_all(spawns)
+    let owners: Vec<Option<svc_core::OwnerId>> = futures::future::join_all(spawns)
         .await
         .into_iter()
         .filter_map(|r| r.unwrap().ok())
@@ -555,7 +555,7 @@ async fn concurrent_spawns_never_exceed_a_small_capacity() {
 async fn every_call_is_checked_against_the_permission_table() {
     let fx = Fixture::new().await;
     let sandbox = fx.spawn().await.unwrap();
-    let id = sandbox.id.as_str();
+    let id = &sandbox.id;
     let viewer = Principal {
         role: Role::Viewer,
         ..Principal::anonymous(None)
@@ -670,7 +670,7 @@ async fn a_provider_disabled_for_spawns_still_destroys_and_reaps() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::BadRequest, "{err}");
     restarted
-        .destroy_sandbox(&fx.admin(), kept.id.as_str())
+        .destroy_sandbox(&fx.admin(), &kept.id)
         .await
         .unwrap();
     fx.clock.advance(Duration::from_secs(120));
@@ -793,7 +793,7 @@ async fn a_caller_that_goes_away_while_queued_leaves_the_queue_and_spawns_nothin
     })
     .await;
     fx.plane
-        .destroy_sandbox(&fx.admin(), holder.id.as_str())
+        .destroy_sandbox(&fx.admin(), &holder.id)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -814,7 +814,7 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     let spawn = || old.spawn_sandbox(&admin, SpawnRequest::default());
     let (kept, lost) = (spawn().await.unwrap(), spawn().await.unwrap());
     let frozen = spawn().await.unwrap();
-    old.pause_sandbox(&admin, frozen.id.as_str()).await.unwrap();
+    old.pause_sandbox(&admin, &frozen.id).await.unwrap();
     // A spawn the dead worker never finished, and a runtime gone with it.
     let mut interrupted = kept.clone();
     interrupted.id = SandboxId::generate();
@@ -855,10 +855,7 @@ async fn a_dead_workers_sandboxes_are_taken_over_or_ended_once() {
     let paused = record(frozen.id.clone()).await;
     assert_eq!(paused.state, SandboxState::Paused, "taken over as it was");
     assert_eq!(paused.worker_id.as_deref(), Some("new"));
-    let resumed = new
-        .resume_sandbox(&admin, frozen.id.as_str())
-        .await
-        .unwrap();
+    let resumed = new.resume_sandbox(&admin, &frozen.id).await.unwrap();
     assert_eq!(resumed.state, SandboxState::Running);
     let vanished = record(lost.id.clone()).await;
     assert_eq!(vanished.state, SandboxState::Destroyed);
@@ -905,7 +902,7 @@ async fn a_refused_exec_control_is_the_callers_error() {
     let fx = Fixture::new().await;
     let sandbox = fx.spawn().await.unwrap();
     let admin = fx.admin();
-    let id = sandbox.id.as_str();
+    let id = &sandbox.id;
     let exec_id = fx
         .plane
         .exec_background(
@@ -918,7 +915,7 @@ async fn a_refused_exec_control_is_the_callers_error() {
         )
         .await
         .unwrap();
-    let exec_id = exec_id.as_str();
+    let exec_id = &exec_id;
     let resized = fx
         .plane
         .resize_exec(
@@ -947,7 +944,7 @@ async fn a_caller_scoped_to_one_sandbox_reaches_no_other() {
     let token = fx.plane.sandbox_access_token(&own.id).await.unwrap();
     let scoped = fx
         .plane
-        .verify_sandbox_access_token(&token, own.id.as_str())
+        .verify_sandbox_access_token(&token, &own.id)
         .await
         .unwrap();
     let true_ = || svc_control::ExecCommand {
@@ -956,20 +953,17 @@ async fn a_caller_scoped_to_one_sandbox_reaches_no_other() {
     };
     let ran = fx
         .plane
-        .exec_buffered(&scoped, own.id.as_str(), true_())
+        .exec_buffered(&scoped, &own.id, true_())
         .await
         .unwrap();
     assert_eq!(ran.exit_code, 0);
-    assert!(fx.plane.get_sandbox(&scoped, own.id.as_str()).await.is_ok());
+    assert!(fx.plane.get_sandbox(&scoped, &own.id).await.is_ok());
     for refused in [
         fx.plane
-            .exec_buffered(&scoped, other.id.as_str(), true_())
+            .exec_buffered(&scoped, &other.id, true_())
             .await
             .map(drop),
-        fx.plane
-            .get_sandbox(&scoped, other.id.as_str())
-            .await
-            .map(drop),
+        fx.plane.get_sandbox(&scoped, &other.id).await.map(drop),
     ] {
         assert_eq!(refused.unwrap_err().kind(), ErrorKind::NotFound);
     }
@@ -981,14 +975,14 @@ async fn a_caller_scoped_to_one_sandbox_reaches_no_other() {
         .is_empty());
     for forbidden in [
         fx.plane.spawn_sandbox(&scoped, request()).await.map(drop),
-        fx.plane.destroy_sandbox(&scoped, own.id.as_str()).await,
+        fx.plane.destroy_sandbox(&scoped, &own.id).await,
         fx.plane.authorize(&scoped, Action::UseAdminRoutes),
     ] {
         assert_eq!(forbidden.unwrap_err().kind(), ErrorKind::Forbidden);
     }
     let wrong = fx
         .plane
-        .verify_sandbox_access_token(&token, other.id.as_str())
+        .verify_sandbox_access_token(&token, &other.id)
         .await
         .unwrap_err();
     assert_eq!(wrong.kind(), ErrorKind::Unauthorized);

@@ -256,9 +256,7 @@ impl AgentClient {
                 });
                 Ok((crate::ExecState::Running, Some(control)))
             }
-            Ok(Reply::ExecStatus { code, .. }) => {
-                Ok((crate::ExecState::Exited(code.unwrap_or(-1)), None))
-            }
+            Ok(Reply::ExecStatus { code, .. }) => Ok((crate::ExecState::Exited(code), None)),
             Ok(other) => Err(unexpected(&other)),
             // Forgotten, or an agent that started again.
             Err(ProviderError::InvalidRequest { .. }) => Ok((crate::ExecState::Gone, None)),

@@ -107,7 +107,7 @@ pub(super) async fn reattach(
     };
     let state = match (inspect.running, inspect.exit_code) {
         (Some(true), _) => ExecState::Running,
-        (_, Some(code)) => ExecState::Exited(i32::try_from(code).unwrap_or(-1)),
+        (_, Some(code)) => ExecState::Exited(i32::try_from(code).ok()),
         _ => ExecState::Gone,
     };
     let control: Arc<dyn ExecControl> = Arc::new(DockerControl {
@@ -255,9 +255,10 @@ async fn exit_code(docker: &Docker, exec_id: &str) -> Result<ExitStatus, Provide
             .await
             .map_err(|e| engine_error("inspecting the exec", e))?;
         if inspect.running != Some(true) {
-            let code = inspect.exit_code.unwrap_or(-1);
-            return Ok(ExitStatus {
-                code: i32::try_from(code).unwrap_or(-1),
+            // Without a code the exec's end is not known: the control plane reports it so.
+            let code = inspect.exit_code.and_then(|code| i32::try_from(code).ok());
+            return code.map(|code| ExitStatus { code }).ok_or_else(|| {
+                ProviderError::failed("the engine reported the exec ended without an exit code")
             });
         }
         tokio::time::sleep(Duration::from_millis(if attempt < 20 { 2 } else { 20 })).await;
@@ -276,6 +277,68 @@ pub(super) async fn start(
     spec: &ExecSpec,
     gate: &Arc<Gate>,
 ) -> Result<ExecSession, ProviderError> {
+    let tty = spec.tty.is_some();
+    let exec_id = create(docker, container, sandbox_id, exec_options(user, spec)).await?;
+    // Known to pauses from before its start: the start may still be under way when the
+    // engine answers.
+    gate.started(&exec_id);
+    let started = docker
+        .start_exec(
+            &exec_id,
+            Some(StartExecOptions {
+                detach: false,
+                tty,
+                output_capacity: Some(OUTPUT_CAPACITY),
+            }),
+        )
+        .await;
+    let Ok(StartExecResults::Attached { output, input }) = started else {
+        gate.settled(&exec_id);
+        return Err(match started {
+            Err(e) => engine_error("starting the exec", e),
+            Ok(_) => ProviderError::failed("the engine detached the exec"),
+        });
+    };
+    if let Some(size) = spec.tty {
+        if let Err(err) = resize(docker, &exec_id, size).await {
+            // A command that already ended has no terminal to size.
+            tracing::debug!(error = %err, "initial terminal size not applied");
+        }
+    }
+    // The engine starts the process even when the program does not exist; it reports 126/127
+    // with the runtime's message, which the caller sees as the command's own output.
+    let (sender, receiver) = mpsc::channel(CHANNEL_DEPTH);
+    let (exit_tx, exit_rx) = oneshot::channel();
+    tokio::spawn(drive(
+        output,
+        sender,
+        docker.clone(),
+        exec_id.clone(),
+        Arc::clone(gate),
+        exit_tx,
+    ));
+    let control = Arc::new(DockerControl {
+        docker: docker.clone(),
+        exec_id,
+        input: Mutex::new(Some(input)),
+        tty,
+    });
+    let exit = async move {
+        exit_rx
+            .await
+            .unwrap_or_else(|_| Err(ProviderError::failed("the exec driver stopped")))
+    }
+    .boxed();
+    Ok(ExecSession {
+        output: Box::pin(ReceiverStream::new(receiver)),
+        control,
+        exit,
+    })
+}
+
+/// The engine's exec for `spec`: a terminal's command waits for its size first, and runs with
+/// `TERM`; a spec's user brings its `HOME`.
+fn exec_options(user: Option<&str>, spec: &ExecSpec) -> CreateExecOptions<String> {
     let tty = spec.tty.is_some();
     let mut cmd = spec.argv.clone();
     if tty {
@@ -299,7 +362,7 @@ pub(super) async fn start(
     if tty {
         env.push("TERM=xterm-256color".to_owned());
     }
-    let options = CreateExecOptions {
+    CreateExecOptions {
         attach_stdin: Some(spec.stdin),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
@@ -309,11 +372,20 @@ pub(super) async fn start(
         working_dir: spec.workdir.as_ref().map(|p| p.as_str().to_owned()),
         user,
         ..Default::default()
-    };
+    }
+}
+
+/// Creates the exec in `container`; its engine ID.
+async fn create(
+    docker: &Docker,
+    container: &str,
+    sandbox_id: &str,
+    options: CreateExecOptions<String>,
+) -> Result<String, ProviderError> {
     let mut tries = 0;
-    let created = loop {
+    loop {
         match docker.create_exec(container, options.clone()).await {
-            Ok(created) => break created,
+            Ok(created) => return Ok(created.id),
             // The gate (held by the caller) knows the container is not paused; the engine may
             // still say so just after an unpause, when containerd's late "paused" event has
             // set its state back for a moment (Engine 20.10). Asked again, it has caught up.
@@ -334,86 +406,46 @@ pub(super) async fn start(
             }
             Err(other) => return Err(container_error(sandbox_id, "creating the exec", other)),
         }
-    };
-    // Known to pauses from before its start: the start may still be under way when the
-    // engine answers.
-    gate.started(&created.id);
-    let started = docker
-        .start_exec(
-            &created.id,
-            Some(StartExecOptions {
-                detach: false,
-                tty,
-                output_capacity: Some(OUTPUT_CAPACITY),
-            }),
-        )
-        .await;
-    let Ok(StartExecResults::Attached { mut output, input }) = started else {
-        gate.settled(&created.id);
-        return Err(match started {
-            Err(e) => engine_error("starting the exec", e),
-            Ok(_) => ProviderError::failed("the engine detached the exec"),
-        });
-    };
-    if let Some(size) = spec.tty {
-        if let Err(err) = resize(docker, &created.id, size).await {
-            // A command that already ended has no terminal to size.
-            tracing::debug!(error = %err, "initial terminal size not applied");
-        }
     }
-    // The engine starts the process even when the program does not exist; it reports 126/127
-    // with the runtime's message, which the caller sees as the command's own output.
-    let (sender, receiver) = mpsc::channel(CHANNEL_DEPTH);
-    let (exit_tx, exit_rx) = oneshot::channel();
-    let driver_docker = docker.clone();
-    let exec_id = created.id.clone();
-    let driver_gate = Arc::clone(gate);
-    tokio::spawn(async move {
-        while let Some(item) = output.next().await {
-            let chunk = match item {
-                Ok(LogOutput::StdErr { message }) => ExecChunk {
-                    stream: StdStream::Stderr,
-                    data: message,
-                },
-                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => ExecChunk {
-                    stream: StdStream::Stdout,
-                    data: message,
-                },
-                Ok(LogOutput::StdIn { .. }) => continue,
-                Err(err) => {
-                    let _ = sender
-                        .send(Err(engine_error("reading exec output", err)))
-                        .await;
-                    break;
-                }
-            };
-            if chunk.data.is_empty() {
-                continue;
-            }
-            if sender.send(Ok(chunk)).await.is_err() {
+}
+
+/// Forwards the exec's output until it closes, then learns its exit code and lets pauses
+/// know it has settled.
+async fn drive(
+    mut output: futures::stream::BoxStream<'static, Result<LogOutput, bollard::errors::Error>>,
+    sender: mpsc::Sender<Result<ExecChunk, ProviderError>>,
+    docker: Docker,
+    exec_id: String,
+    gate: Arc<Gate>,
+    exit_tx: oneshot::Sender<Result<ExitStatus, ProviderError>>,
+) {
+    while let Some(item) = output.next().await {
+        let chunk = match item {
+            Ok(LogOutput::StdErr { message }) => ExecChunk {
+                stream: StdStream::Stderr,
+                data: message,
+            },
+            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => ExecChunk {
+                stream: StdStream::Stdout,
+                data: message,
+            },
+            Ok(LogOutput::StdIn { .. }) => continue,
+            Err(err) => {
+                let _ = sender
+                    .send(Err(engine_error("reading exec output", err)))
+                    .await;
                 break;
             }
+        };
+        if chunk.data.is_empty() {
+            continue;
         }
-        drop(sender);
-        let exit = exit_code(&driver_docker, &exec_id).await;
-        driver_gate.settled(&exec_id);
-        let _ = exit_tx.send(exit);
-    });
-    let control = Arc::new(DockerControl {
-        docker: docker.clone(),
-        exec_id: created.id,
-        input: Mutex::new(Some(input)),
-        tty,
-    });
-    let exit = async move {
-        exit_rx
-            .await
-            .unwrap_or_else(|_| Err(ProviderError::failed("the exec driver stopped")))
+        if sender.send(Ok(chunk)).await.is_err() {
+            break;
+        }
     }
-    .boxed();
-    Ok(ExecSession {
-        output: Box::pin(ReceiverStream::new(receiver)),
-        control,
-        exit,
-    })
+    drop(sender);
+    let exit = exit_code(&docker, &exec_id).await;
+    gate.settled(&exec_id);
+    let _ = exit_tx.send(exit);
 }

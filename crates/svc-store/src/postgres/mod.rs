@@ -34,7 +34,7 @@ use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{BuildId, SandboxId, Timestamp};
+use svc_core::{BuildId, OwnerId, SandboxId, Timestamp};
 use tokio_postgres::types::ToSql;
 
 use crate::rows::{
@@ -257,7 +257,7 @@ impl Store for PgStore {
         let holder = sandbox.worker_id.as_deref().unwrap_or_default();
         let mut client = self.client(OP).await?;
         let tx = client.transaction().await.map_err(backend(OP))?;
-        let owner = &sandbox.owner_id;
+        let owner = sandbox.owner_id.as_ref();
         // With a count limit, the lock first, then every read: each later statement of this
         // (read committed) transaction sees every admission committed before the lock was
         // granted, and none can commit until this one ends. Without one (no global count limit
@@ -309,18 +309,16 @@ impl Store for PgStore {
 
     async fn check_admission(
         &self,
-        owner_id: &str,
+        owner: Option<&OwnerId>,
         lifetime: Duration,
         limits: GlobalLimits,
     ) -> StoreResult<Admission> {
         const OP: &str = "check_admission";
         let client = self.client(OP).await?;
         // A report: the counts it shows are read even when no limit needs them.
-        Ok(
-            quotas::decide(&client, OP, owner_id, lifetime, limits, true)
-                .await?
-                .0,
-        )
+        Ok(quotas::decide(&client, OP, owner, lifetime, limits, true)
+            .await?
+            .0)
     }
 
     async fn mark_sandbox_running(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use svc_core::admission::{ActiveCounts, Admission};
 use svc_core::quota::{GlobalLimits, QuotaLimits, QuotaSummary};
-use svc_core::Timestamp;
+use svc_core::{OwnerId, Timestamp};
 
 use super::codec::{count_at, fetch_one, fetch_opt, params, query_one};
 use crate::rows::{AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
@@ -34,23 +34,24 @@ const COUNT_ALL: &str =
 const COUNT_OWNER: &str = "SELECT COUNT(*) FROM sandboxes \
      WHERE owner_id = $1 AND state IN ('creating', 'running', 'paused')";
 
-/// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, as
+/// The admission decision for a spawn of `owner` (none: anonymous) living `lifetime`, as
 /// the database is now to `client` (a transaction holding the admission lock, for a spawn), and
 /// whether sandbox counts took part in it (then only the lock keeps it true until commit).
 pub(super) async fn decide<C: GenericClient>(
     client: &C,
     operation: &'static str,
-    owner_id: &str,
+    owner: Option<&OwnerId>,
     lifetime: Duration,
     limits: GlobalLimits,
     report: bool,
 ) -> StoreResult<(Admission, bool)> {
-    let quota = if owner_id.is_empty() {
-        None
-    } else {
-        get(client, owner_id).await?.map(|row| row.limits())
+    let quota = match owner {
+        Some(owner) => get(client, owner.as_str()).await?.map(|row| row.limits()),
+        None => None,
     };
-    let plan = AdmissionPlan::new(owner_id, limits, quota, report);
+    let plan = AdmissionPlan::new(owner, limits, quota, report);
+    // The plan never counts an anonymous caller's own sandboxes.
+    let owner_id = owner.map(OwnerId::as_str).unwrap_or_default();
     let (all, own) = plan.counts_needed();
     let counts = match (all, own) {
         (false, false) => ActiveCounts::default(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use svc_core::admission::{ActiveCounts, Admission};
 use svc_core::quota::{EffectiveLimits, GlobalLimits, OwnerQuota, QuotaLimits};
-use svc_core::{GoDuration, Timestamp};
+use svc_core::{GoDuration, OwnerId, Timestamp};
 
 use super::{count, micros, stored_count, stored_row, timestamp};
 use crate::StoreResult;
@@ -75,16 +75,16 @@ pub(crate) struct AdmissionPlan {
 }
 
 impl AdmissionPlan {
-    /// The plan for a spawn of `owner_id` (empty: anonymous, held to the global limits only, so
+    /// The plan for a spawn of `owner` (none: anonymous, held to the global limits only, so
     /// any `quota` is ignored). `report` counts everything the decision object shows;
     /// otherwise only what a non-zero limit compares against is counted.
     pub(crate) fn new(
-        owner_id: &str,
+        owner: Option<&OwnerId>,
         limits: GlobalLimits,
         quota: Option<QuotaLimits>,
         report: bool,
     ) -> Self {
-        let anonymous = owner_id.is_empty();
+        let anonymous = owner.is_none();
         let quota = quota.filter(|_| !anonymous);
         AdmissionPlan {
             limits: limits.effective(quota.as_ref()),
@@ -131,14 +131,15 @@ mod tests {
     #[test]
     fn counts_a_limit_does_not_compare_against_read_zero() {
         let minute = Duration::from_secs(60);
-        let spawn = AdmissionPlan::new("alice", global(0, 5), None, false);
+        let alice = OwnerId::parse("alice").unwrap();
+        let spawn = AdmissionPlan::new(Some(&alice), global(0, 5), None, false);
         assert_eq!(spawn.counts_needed(), (false, true));
         let decided = spawn.decide(minute, COUNTED);
         assert_eq!(
             (decided.active_sandboxes, decided.active_owner_sandboxes),
             (0, 3)
         );
-        let check = AdmissionPlan::new("alice", global(0, 5), None, true);
+        let check = AdmissionPlan::new(Some(&alice), global(0, 5), None, true);
         let reported = check.decide(minute, COUNTED);
         assert_eq!(
             (reported.active_sandboxes, reported.active_owner_sandboxes),
@@ -153,7 +154,7 @@ mod tests {
             max_ttl: GoDuration::from_secs(10),
             max_exec_timeout: GoDuration::ZERO,
         };
-        let plan = AdmissionPlan::new("", global(10, 1), Some(quota), true);
+        let plan = AdmissionPlan::new(None, global(10, 1), Some(quota), true);
         assert_eq!(plan.counts_needed(), (true, false));
         let decided = plan.decide(Duration::from_secs(60), COUNTED);
         assert!(decided.allowed, "{decided:?}");

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use svc_core::sandbox::{Sandbox, SandboxState, StateReason};
 use svc_core::template::Template;
-use svc_core::{GoDuration, SandboxId};
+use svc_core::{GoDuration, OwnerId, SandboxId};
 
 use super::{as_u32, encode_map, json_map, micros, stored_row, timestamp};
 use crate::{StoreError, StoreResult};
@@ -61,7 +61,12 @@ impl SandboxRow {
             preview_domain: sandbox.preview_domain.clone(),
             worker_id: sandbox.worker_id.clone(),
             tenant_id: sandbox.tenant_id.clone(),
-            owner_id: sandbox.owner_id.clone(),
+            // The column holds '' for an anonymous sandbox (it is indexed and compared).
+            owner_id: sandbox
+                .owner_id
+                .as_ref()
+                .map(|owner| owner.as_str().to_owned())
+                .unwrap_or_default(),
             template: sandbox.template.clone(),
             network: sandbox.network.clone(),
             state_reason: sandbox.state_reason.map(|r| r.as_str().to_owned()),
@@ -100,7 +105,10 @@ impl SandboxRow {
             preview_domain: self.preview_domain,
             worker_id: self.worker_id,
             tenant_id: self.tenant_id,
-            owner_id: self.owner_id,
+            owner_id: match self.owner_id.as_str() {
+                "" => None,
+                owner => Some(OwnerId::parse(owner).map_err(|e| corrupt(e.to_string()))?),
+            },
             template: self.template,
             network: self.network,
             state_reason: self

@@ -28,7 +28,7 @@ use svc_core::sandbox::{Ending, Sandbox};
 use svc_core::template::Template;
 use svc_core::tenant::{Member, Policy, Tenant};
 use svc_core::worker::{Lease, LeaseAcquire, LeaseCounts, Worker, WorkerHeartbeat, WorkerStatus};
-use svc_core::{BuildId, SandboxId, Timestamp};
+use svc_core::{BuildId, OwnerId, SandboxId, Timestamp};
 
 use crate::rows::{self, micros, SandboxRow, TemplateRow, SANDBOX_COLUMNS, TEMPLATE_COLUMNS};
 use crate::{
@@ -292,7 +292,7 @@ impl Store for SqliteStore {
                 let tx = conn
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(codec::backend(OP))?;
-                let admission = quotas::decide(&tx, OP, &owner, lifetime, limits, false)?;
+                let admission = quotas::decide(&tx, OP, owner.as_ref(), lifetime, limits, false)?;
                 if !admission.allowed {
                     return Ok(admission);
                 }
@@ -317,17 +317,17 @@ impl Store for SqliteStore {
 
     async fn check_admission(
         &self,
-        owner_id: &str,
+        owner: Option<&OwnerId>,
         lifetime: Duration,
         limits: GlobalLimits,
     ) -> StoreResult<Admission> {
         const OP: &str = "check_admission";
-        let owner = owner_id.to_owned();
+        let owner = owner.cloned();
         self.connections
             .read(OP, move |conn| {
                 // One read transaction: the quota and both counts from the same snapshot.
                 let tx = conn.unchecked_transaction().map_err(codec::backend(OP))?;
-                quotas::decide(&tx, OP, &owner, lifetime, limits, true)
+                quotas::decide(&tx, OP, owner.as_ref(), lifetime, limits, true)
             })
             .await
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension};
 use svc_core::admission::{ActiveCounts, Admission};
 use svc_core::quota::{GlobalLimits, QuotaLimits, QuotaSummary};
-use svc_core::Timestamp;
+use svc_core::{OwnerId, Timestamp};
 
 use super::codec::{backend, read};
 use crate::rows::{count, AdmissionPlan, QuotaRow, QUOTA_COLUMNS};
@@ -115,22 +115,23 @@ fn count_both(
     .map_err(backend(operation))
 }
 
-/// The admission decision for a spawn of `owner_id` (empty: anonymous) living `lifetime`, on
+/// The admission decision for a spawn of `owner` (none: anonymous) living `lifetime`, on
 /// `conn` as it is now, counting only what the plan needs ([`AdmissionPlan`]).
 pub(super) fn decide(
     conn: &Connection,
     operation: &'static str,
-    owner_id: &str,
+    owner: Option<&OwnerId>,
     lifetime: Duration,
     limits: GlobalLimits,
     report: bool,
 ) -> StoreResult<Admission> {
-    let quota = if owner_id.is_empty() {
-        None
-    } else {
-        get(conn, operation, owner_id)?.map(|row| row.limits())
+    let quota = match owner {
+        Some(owner) => get(conn, operation, owner.as_str())?.map(|row| row.limits()),
+        None => None,
     };
-    let plan = AdmissionPlan::new(owner_id, limits, quota, report);
+    let plan = AdmissionPlan::new(owner, limits, quota, report);
+    // The plan never counts an anonymous caller's own sandboxes.
+    let owner_id = owner.map(OwnerId::as_str).unwrap_or_default();
     let counts = match plan.counts_needed() {
         (true, true) => count_both(conn, operation, owner_id)?,
         (true, false) => ActiveCounts {

@@ -146,6 +146,38 @@ async fn get_unknown_or_malformed_ids_is_404() {
         .delete("/sandboxes/sb-0123456789abcdef")
         .await
         .assert_error(404, "not_found");
+    // A malformed ID names nothing on every sandbox route, and a malformed exec ID nothing
+    // in a sandbox that exists.
+    let sandbox = server.spawn(json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for path in [
+        "/sandboxes/not-an-id/exec".to_owned(),
+        "/sandboxes/not-an-id/extend".to_owned(),
+        "/sandboxes/not-an-id/pause".to_owned(),
+        "/sandboxes/not-an-id/preview-tokens".to_owned(),
+        format!("/sandboxes/{sandbox}/execs/not-an-exec/kill"),
+    ] {
+        let message = server
+            .post(&path, json!({"command": "true", "ttl": "1m", "port": 8080}))
+            .await
+            .assert_error(404, "not_found");
+        let named = if path.contains("not-an-exec") {
+            "not-an-exec"
+        } else {
+            "not-an-id"
+        };
+        assert!(message.contains(named), "{path}: {message}");
+    }
+    for path in [
+        "/sandboxes/not-an-id/files?path=/x".to_owned(),
+        "/sandboxes/not-an-id/stats".to_owned(),
+        "/sandboxes/not-an-id/execs".to_owned(),
+        format!("/sandboxes/{sandbox}/execs/not-an-exec"),
+    ] {
+        server.get(&path).await.assert_error(404, "not_found");
+    }
     server.shutdown().await;
 }
 

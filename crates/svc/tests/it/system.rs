@@ -276,3 +276,24 @@ async fn shutdown_stops_loops_and_ends_event_streams() {
     );
     assert!(events.next(Duration::from_secs(2)).await.is_none());
 }
+
+/// The harness turns the OpenAPI response check on for every server it starts: JSON answers,
+/// successes and errors alike, carry the check's mark (without it, the tests' answers would go
+/// unchecked and nothing would say so).
+#[tokio::test]
+async fn every_json_answer_in_these_tests_is_checked_against_the_openapi_document() {
+    let server = TestServer::start().await;
+    for (path, status) in [("/sandboxes", 200), ("/sandboxes/not-an-id", 404)] {
+        let reply = server.get(path).await;
+        assert_eq!(reply.status.as_u16(), status, "{path}: {}", reply.body);
+        assert_eq!(
+            reply
+                .headers
+                .get(svc_api::CHECKED_HEADER)
+                .and_then(|v| v.to_str().ok()),
+            Some("1"),
+            "{path} was not checked against the OpenAPI document"
+        );
+    }
+    server.shutdown().await;
+}

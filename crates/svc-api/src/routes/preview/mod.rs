@@ -14,7 +14,7 @@ use axum::Json;
 use hyper_util::rt::TokioIo;
 use svc_control::preview::{check_port, PreviewAccess, PreviewToken, PreviewTokenRequest};
 use svc_control::ControlPlane;
-use svc_core::Error;
+use svc_core::{Error, SandboxId};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -68,6 +68,7 @@ async fn issue_token(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<PreviewTokenRequest>,
 ) -> Result<Json<PreviewToken>, ApiError> {
+    let id = SandboxId::named(&id)?;
     Ok(Json(
         plane.issue_preview_token(&principal, &id, request).await?,
     ))
@@ -285,10 +286,12 @@ async fn proxy(previews: &Previews, target: Target, mut request: Request) -> Res
             Err(err) => return ApiError(err).into_response(),
         },
     };
-    if let Err(err) = plane
-        .authorize_preview(access, &target.sandbox, target.port)
-        .await
-    {
+    // Named by the caller: a malformed ID is not found, once the caller is known.
+    let sandbox = match SandboxId::named(&target.sandbox) {
+        Ok(sandbox) => sandbox,
+        Err(err) => return ApiError(err).into_response(),
+    };
+    if let Err(err) = plane.authorize_preview(access, &sandbox, target.port).await {
         return ApiError(err).into_response();
     }
     let upgrade = is_upgrade(request.headers());
@@ -296,7 +299,7 @@ async fn proxy(previews: &Previews, target: Target, mut request: Request) -> Res
     let (mut parts, body) = request.into_parts();
     forwardable(&mut parts.headers, upgrade, true);
     let path_and_query = without_token(&target.upstream);
-    parts.uri = match upstream::uri(&target.sandbox, target.port, &path_and_query) {
+    parts.uri = match upstream::uri(&sandbox, target.port, &path_and_query) {
         Some(uri) => uri,
         None => {
             return ApiError(Error::invalid("path", "is not a valid request target"))

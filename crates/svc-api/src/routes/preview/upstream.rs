@@ -17,6 +17,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use svc_control::preview::PortStream;
 use svc_control::ControlPlane;
+use svc_core::SandboxId;
 
 /// How long an idle connection to a sandbox's port is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,7 +40,7 @@ pub(crate) fn client(plane: ControlPlane) -> Upstream {
 
 /// The absolute URI the client is given for a request to `port` in `sandbox`; it goes out in
 /// origin form (`path_and_query`).
-pub(crate) fn uri(sandbox: &str, port: u16, path_and_query: &str) -> Option<Uri> {
+pub(crate) fn uri(sandbox: &SandboxId, port: u16, path_and_query: &str) -> Option<Uri> {
     format!("http://{sandbox}:{port}{path_and_query}")
         .parse()
         .ok()
@@ -63,9 +64,12 @@ impl tower::Service<Uri> for SandboxPorts {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let plane = self.plane.clone();
         Box::pin(async move {
-            let sandbox = uri.host().unwrap_or_default();
             let port = uri.port_u16().unwrap_or(80);
-            match plane.connect_preview(sandbox, port).await {
+            let connected = match SandboxId::named(uri.host().unwrap_or_default()) {
+                Ok(sandbox) => plane.connect_preview(&sandbox, port).await,
+                Err(err) => Err(err),
+            };
+            match connected {
                 Ok(stream) => Ok(PortConnection(TokioIo::new(stream))),
                 Err(err) => Err(ConnectFailed(Mutex::new(Some(err)))),
             }
