@@ -1,6 +1,6 @@
 //! Lifecycle events as published on `GET /events` (interface Events; decisions §12).
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::LimitReason;
@@ -164,7 +164,7 @@ pub struct Event {
     pub event_type: EventType,
     /// The sandbox concerned. The wire always carries the field (interface Events), as `""`
     /// for events about no sandbox (quotas, limits).
-    #[serde(with = "wire_sandbox_id")]
+    #[serde(with = "crate::empty_as_none")]
     #[schema(value_type = String)]
     pub sandbox_id: Option<SandboxId>,
     /// When it happened.
@@ -177,30 +177,6 @@ pub struct Event {
     /// The tenant it belongs to, if any; decides which OIDC subscribers get it. Not on the wire.
     #[serde(skip)]
     pub tenant_id: Option<String>,
-}
-
-/// `sandbox_id` on the wire: `""` stands for none.
-mod wire_sandbox_id {
-    use super::*;
-
-    pub(super) fn serialize<S: Serializer>(
-        id: &Option<SandboxId>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(id.as_ref().map_or("", SandboxId::as_str))
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<SandboxId>, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        if text.is_empty() {
-            return Ok(None);
-        }
-        SandboxId::parse(&text)
-            .map(Some)
-            .map_err(serde::de::Error::custom)
-    }
 }
 
 /// Which exec form an `exec.*` event is about (its `operation`).
@@ -223,7 +199,7 @@ pub struct SandboxEventData {
     /// Image.
     pub image: String,
     /// Owner; empty when anonymous.
-    #[serde(with = "crate::owner::empty_when_anonymous")]
+    #[serde(with = "crate::empty_as_none")]
     pub owner_id: Option<crate::OwnerId>,
     /// Tenant.
     pub tenant_id: String,
@@ -284,7 +260,7 @@ pub struct LimitEventData {
     /// Which limit.
     pub reason: LimitReason,
     /// The owner it applied to; empty when anonymous.
-    #[serde(with = "crate::owner::empty_when_anonymous")]
+    #[serde(with = "crate::empty_as_none")]
     pub owner_id: Option<crate::OwnerId>,
 }
 
@@ -303,7 +279,7 @@ pub struct FailureEventData {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SpawnQueueEventData {
     /// The waiting spawn's owner; empty when anonymous.
-    #[serde(with = "crate::owner::empty_when_anonymous")]
+    #[serde(with = "crate::empty_as_none")]
     pub owner_id: Option<crate::OwnerId>,
     /// How long it waited (Go duration string); absent on `spawn.queued`.
     #[serde(skip_serializing_if = "Option::is_none")]

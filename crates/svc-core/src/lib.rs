@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod duration;
 pub mod egress;
+pub mod empty_as_none;
 pub mod error;
 pub mod event;
 pub mod exec;

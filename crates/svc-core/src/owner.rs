@@ -70,30 +70,6 @@ impl From<OwnerId> for String {
     }
 }
 
-/// Serde for an `Option<OwnerId>` as the wire carries it: a string, empty when anonymous (no
-/// owner). Use with `#[serde(with = "svc_core::owner::empty_when_anonymous")]`.
-pub mod empty_when_anonymous {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use super::OwnerId;
-
-    /// `""` for no owner, else the ID.
-    pub fn serialize<S: Serializer>(owner: &Option<OwnerId>, out: S) -> Result<S::Ok, S::Error> {
-        owner.as_ref().map_or("", OwnerId::as_str).serialize(out)
-    }
-
-    /// `""` is no owner; anything else must be a valid owner ID.
-    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Option<OwnerId>, D::Error> {
-        let text = String::deserialize(input)?;
-        if text.is_empty() {
-            return Ok(None);
-        }
-        OwnerId::parse(&text)
-            .map(Some)
-            .map_err(serde::de::Error::custom)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,28 +94,6 @@ mod tests {
                 "{bad:?}"
             );
         }
-    }
-
-    #[test]
-    fn no_owner_is_an_empty_string_on_the_wire() {
-        #[derive(Debug, PartialEq, Serialize, Deserialize)]
-        struct Owned {
-            #[serde(with = "empty_when_anonymous")]
-            owner_id: Option<OwnerId>,
-        }
-        let anonymous = Owned { owner_id: None };
-        let alice = Owned {
-            owner_id: Some(OwnerId::parse("alice").unwrap()),
-        };
-        for (value, wire) in [
-            (&anonymous, r#"{"owner_id":""}"#),
-            (&alice, r#"{"owner_id":"alice"}"#),
-        ] {
-            assert_eq!(serde_json::to_string(value).unwrap(), wire);
-            assert_eq!(&serde_json::from_str::<Owned>(wire).unwrap(), value);
-        }
-        let refused = serde_json::from_str::<Owned>(r#"{"owner_id":"a b"}"#).unwrap_err();
-        assert!(refused.to_string().contains("whitespace"), "{refused}");
     }
 
     proptest! {

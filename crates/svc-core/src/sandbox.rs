@@ -175,7 +175,7 @@ pub struct Sandbox {
     /// The tenant it belongs to.
     pub tenant_id: String,
     /// The owner (`X-User-ID` or `owner_id`), empty when anonymous.
-    #[serde(with = "crate::owner::empty_when_anonymous")]
+    #[serde(with = "crate::empty_as_none")]
     #[schema(value_type = String)]
     pub owner_id: Option<crate::OwnerId>,
     /// The template it was spawned from.
