@@ -353,6 +353,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/admin/workers/{workerID}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Drains a worker: it takes no new sandboxes and keeps serving its own (its heartbeats do not
+         *     undo it).
+         */
+        post: operations["drain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/admin/workers/{workerID}/heartbeat": {
         parameters: {
             query?: never;
@@ -364,6 +384,23 @@ export interface paths {
         put?: never;
         /** Upserts a worker's record as if it had sent this heartbeat (registry repair). */
         post: operations["admin_heartbeat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/workers/{workerID}/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Undrains a worker: it is `online` and takes new sandboxes again. */
+        post: operations["undrain"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4869,6 +4906,71 @@ export interface operations {
             };
         };
     };
+    drain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The worker, `draining` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Worker"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such worker */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     admin_heartbeat: {
         parameters: {
             query?: never;
@@ -4914,6 +5016,71 @@ export interface operations {
             };
             /** @description The caller's role (or tenant) does not allow this route */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Over the API rate limit (rate_limit.enabled): see Retry-After */
+            429: {
+                headers: {
+                    /** @description Whole seconds until a request may succeed */
+                    "Retry-After"?: number;
+                    /** @description rate_limit.requests_per_minute */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description Whole tokens left (0) */
+                    "X-RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    undrain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Worker ID */
+                workerID: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The worker, `online` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Worker"];
+                };
+            };
+            /** @description Authentication is on and no valid API key or bearer token was sent */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role (or tenant) does not allow this route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such worker */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

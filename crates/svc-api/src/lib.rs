@@ -6,6 +6,7 @@ mod auth;
 mod error;
 mod extract;
 pub mod hosts;
+mod node;
 mod observe;
 mod openapi;
 mod openapi_check;
@@ -16,6 +17,7 @@ mod routes;
 mod stream;
 
 pub use error::{ApiError, ErrorBody};
+pub use node::node_router;
 pub use openapi::{openapi_document, OpenApiFormat};
 pub use openapi_check::{check_responses, conforms_to, CHECKED_HEADER};
 pub use router::router;

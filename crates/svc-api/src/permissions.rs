@@ -147,6 +147,18 @@ pub(crate) const ROUTES: &[Route] = {
         ),
         route("DELETE", "/admin/workers/{workerID}", ManageWorkers),
         route("POST", "/admin/workers/{workerID}/heartbeat", ManageWorkers),
+        audited(
+            "POST",
+            "/admin/workers/{workerID}/drain",
+            ManageWorkers,
+            "worker.drain",
+        ),
+        audited(
+            "POST",
+            "/admin/workers/{workerID}/undrain",
+            ManageWorkers,
+            "worker.undrain",
+        ),
         route("GET", "/diagnostics", ReadDiagnostics),
         route("GET", "/events", ReadEvents),
         route("GET", "/metrics", ReadDiagnostics),

@@ -16,6 +16,7 @@ mod exec_recovery;
 mod files;
 mod held_leases;
 pub mod identity;
+mod node_rpc;
 pub mod observe;
 mod output_budget;
 mod paging;

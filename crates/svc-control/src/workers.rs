@@ -30,18 +30,25 @@ pub fn host_name() -> String {
 
 impl ControlPlane {
     /// This worker as its heartbeat describes it.
+    /// In a fleet (`worker.rpc.enabled`) its capacity is its own and it says where other nodes
+    /// reach it (decisions §22); otherwise its capacity is the global limits' (§11).
     fn local_heartbeat(&self, status: WorkerStatus) -> WorkerHeartbeat {
-        let defaults = &self.config().defaults;
+        let (defaults, worker) = (&self.config().defaults, &self.config().worker);
+        let fleet = worker.rpc.enabled;
         WorkerHeartbeat {
             hostname: self.inner.hostname.clone(),
             status,
             providers: self.providers().names(),
             capabilities: LOCAL_CAPABILITIES.map(str::to_owned).to_vec(),
             capacity: WorkerCapacity {
-                max_sandboxes: defaults.max_sandboxes,
+                max_sandboxes: if fleet {
+                    worker.max_sandboxes
+                } else {
+                    defaults.max_sandboxes
+                },
                 max_sandboxes_per_owner: defaults.max_sandboxes_per_owner,
             },
-            url: None,
+            url: fleet.then(|| worker.url()),
         }
     }
 
@@ -147,6 +154,28 @@ impl ControlPlane {
             .upsert_worker(id, &heartbeat, now)
             .await?
             .with_staleness(now, self.stale_after()))
+    }
+
+    /// `POST /admin/workers/{id}/drain` (with `draining`) and `/undrain` (with `online`):
+    /// a draining worker takes no new sandboxes and keeps serving its own (decisions §22).
+    pub async fn set_draining(
+        &self,
+        principal: &Principal,
+        id: &str,
+        draining: bool,
+    ) -> Result<Worker, Error> {
+        self.authorize(principal, Action::ManageWorkers)?;
+        let status = if draining {
+            WorkerStatus::Draining
+        } else {
+            WorkerStatus::Online
+        };
+        let now = self.clock().now();
+        self.store()
+            .set_worker_status(id, status, now)
+            .await?
+            .map(|worker| worker.with_staleness(now, self.stale_after()))
+            .ok_or_else(|| Error::not_found(Resource::Worker, id))
     }
 
     /// `DELETE /admin/workers/{id}`.

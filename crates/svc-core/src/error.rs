@@ -271,6 +271,10 @@ pub enum Error {
         /// The worker holding it.
         holder: String,
     },
+    /// A worker RPC request's lease token is not the current, unexpired lease (worker RPC
+    /// fencing): the sender may not act on the resource.
+    #[error("{0}")]
+    Fenced(String),
     /// The provider does not offer this operation (see its capabilities).
     #[error("provider {provider} does not support {operation}")]
     Unsupported {
@@ -409,7 +413,7 @@ impl Error {
             | Error::OwnerHasSandbox { .. }
             | Error::ExecEnded { .. }
             | Error::BuildEnded { .. } => ErrorKind::Conflict,
-            Error::LeaseHeld { .. } => ErrorKind::LeaseConflict,
+            Error::LeaseHeld { .. } | Error::Fenced(_) => ErrorKind::LeaseConflict,
             Error::ResourceLimit { .. } => ErrorKind::ResourceLimit,
             Error::Provider { .. } => ErrorKind::ProviderError,
             Error::ProviderUnavailable { .. }

@@ -335,7 +335,8 @@ pub trait Store: Send + Sync + 'static {
     async fn quota_summary(&self) -> StoreResult<QuotaSummary>;
 
     /// Registers or refreshes worker `id` from a heartbeat at `at` (`last_heartbeat` and
-    /// `updated_at`; `created_at` kept).
+    /// `updated_at`; `created_at` kept). A drained worker stays `draining` while its heartbeats
+    /// say `online` (only undraining makes it `online` again); any other status is taken.
     async fn upsert_worker(
         &self,
         id: &str,

@@ -1285,6 +1285,42 @@ async fn worker_registry(store: &dyn Store) {
             .unwrap(),
         None
     );
+    // Drained, a worker stays draining while its heartbeats say online; another status (and
+    // undraining) is taken.
+    store
+        .set_worker_status("w1", WorkerStatus::Draining, at(11))
+        .await
+        .unwrap();
+    let beat = |status| WorkerHeartbeat {
+        status,
+        ..heartbeat("host-b", &["mock"])
+    };
+    let kept = store
+        .upsert_worker("w1", &beat(WorkerStatus::Online), at(12))
+        .await
+        .unwrap();
+    assert_eq!(
+        (kept.status, kept.last_heartbeat),
+        (WorkerStatus::Draining, at(12))
+    );
+    let failing = store
+        .upsert_worker("w1", &beat(WorkerStatus::Unhealthy), at(13))
+        .await
+        .unwrap();
+    assert_eq!(failing.status, WorkerStatus::Unhealthy);
+    store
+        .set_worker_status("w1", WorkerStatus::Draining, at(14))
+        .await
+        .unwrap();
+    store
+        .set_worker_status("w1", WorkerStatus::Online, at(15))
+        .await
+        .unwrap();
+    let undrained = store
+        .upsert_worker("w1", &beat(WorkerStatus::Online), at(16))
+        .await
+        .unwrap();
+    assert_eq!(undrained.status, WorkerStatus::Online);
     store
         .upsert_worker("w0", &heartbeat("host-c", &[]), at(2))
         .await

@@ -30,6 +30,8 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// Where the E2B API listens, when `e2b.enabled`.
     pub e2b_addr: Option<SocketAddr>,
+    /// Where the node-to-node listener listens, when `worker.rpc.enabled`.
+    pub rpc_addr: Option<SocketAddr>,
     plane: ControlPlane,
     task: JoinHandle<anyhow::Result<ShutdownReport>>,
 }
@@ -55,10 +57,11 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
 /// [`start`] with the time source injected: tests of TTLs move a manual clock instead of
 /// sleeping.
 pub async fn start_with_clock(
-    config: Config,
+    mut config: Config,
     listener: TcpListener,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<RunningServer> {
+    let rpc_listener = bind_node_listener(&mut config).await?;
     let config = Arc::new(config);
     let opened = wiring::open_store(&config).await?;
     let store = Arc::clone(&opened.store);
@@ -79,6 +82,7 @@ pub async fn start_with_clock(
             return Err(err);
         }
     };
+    let rpc_addr = rpc_listener.map(|listener| serve_node(&plane, listener));
     let providers = plane.readiness().await.providers;
     let provider_list: Vec<String> = providers
         .iter()
@@ -152,9 +156,55 @@ pub async fn start_with_clock(
     Ok(RunningServer {
         addr,
         e2b_addr,
+        rpc_addr,
         plane,
         task,
     })
+}
+
+/// With `worker.rpc.enabled`, binds the node-to-node listener before anything else starts, and
+/// records where it listens (a port 0 becomes the one given), which the worker advertises when
+/// `worker.advertise_url` is empty.
+async fn bind_node_listener(config: &mut Config) -> anyhow::Result<Option<TcpListener>> {
+    let rpc = &config.worker.rpc;
+    if !rpc.enabled {
+        return Ok(None);
+    }
+    if config.worker.rpc_tls.enabled {
+        anyhow::bail!(
+            "worker.rpc_tls.enabled: TLS on the node-to-node listener is not available yet;              use worker.rpc.token on a private network (docs/fleet.md)"
+        );
+    }
+    let listener = TcpListener::bind(&rpc.listen)
+        .await
+        .with_context(|| format!("binding {} (worker.rpc.listen)", rpc.listen))?;
+    let addr = listener
+        .local_addr()
+        .context("reading the node-to-node address")?;
+    config.worker.rpc.listen = addr.to_string();
+    Ok(Some(listener))
+}
+
+/// Serves the node-to-node listener (decisions §22) until shutdown.
+fn serve_node(plane: &ControlPlane, listener: TcpListener) -> SocketAddr {
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let app = svc_api::node_router(plane.clone());
+    let shutdown = plane.shutdown_token().clone();
+    tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            shutdown.cancelled().await;
+        });
+        if let Err(err) = server.await {
+            tracing::error!(error = %err, "the node-to-node listener failed");
+        }
+    });
+    tracing::info!(
+        "node-to-node listener on http://{addr} (worker.rpc.listen; advertised as {})",
+        plane.config().worker.url()
+    );
+    addr
 }
 
 /// With `e2b.enabled`, the E2B API on its own listener (decisions §20) until shutdown.

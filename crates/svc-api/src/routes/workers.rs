@@ -58,6 +58,33 @@ async fn admin_heartbeat(
     ))
 }
 
+/// Drains a worker: it takes no new sandboxes and keeps serving its own (its heartbeats do not
+/// undo it).
+#[utoipa::path(post, path = "/admin/workers/{workerID}/drain", tag = "admin",
+    params(("workerID" = String, Path, description = "Worker ID")),
+    responses((status = 200, description = "The worker, `draining`", body = Worker),
+        (status = 404, description = "No such worker", body = ErrorBody)))]
+async fn drain(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Worker>, ApiError> {
+    Ok(Json(plane.set_draining(&principal, &id, true).await?))
+}
+
+/// Undrains a worker: it is `online` and takes new sandboxes again.
+#[utoipa::path(post, path = "/admin/workers/{workerID}/undrain", tag = "admin",
+    params(("workerID" = String, Path, description = "Worker ID")),
+    responses((status = 200, description = "The worker, `online`", body = Worker),
+        (status = 404, description = "No such worker", body = ErrorBody)))]
+async fn undrain(
+    State(plane): State<ControlPlane>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Worker>, ApiError> {
+    Ok(Json(plane.set_draining(&principal, &id, false).await?))
+}
+
 /// Removes a worker from the registry.
 #[utoipa::path(operation_id = "admin_delete_worker", delete, path = "/admin/workers/{workerID}", tag = "admin",
     params(("workerID" = String, Path, description = "Worker ID")),
@@ -144,6 +171,8 @@ pub(crate) fn routes() -> OpenApiRouter<ControlPlane> {
         .routes(routes!(list))
         .routes(routes!(get))
         .routes(routes!(admin_heartbeat))
+        .routes(routes!(drain))
+        .routes(routes!(undrain))
         .routes(routes!(admin_delete))
         .routes(routes!(heartbeat))
         .routes(routes!(renew))

@@ -38,7 +38,7 @@ pub use providers::{
 pub use secret::{Secret, REDACTED};
 pub use server::{ServerConfig, CORS_ANY_ORIGIN};
 pub use validate::{ConfigProblem, MIN_PRODUCTION_API_KEY_CHARS};
-pub use worker::{RpcTlsConfig, WorkerConfig};
+pub use worker::{RpcConfig, RpcTlsConfig, WorkerConfig};
 
 use serde::{Deserialize, Serialize};
 

@@ -400,6 +400,33 @@ impl Config {
                 );
             }
         }
+        let rpc = &worker.rpc;
+        if rpc.enabled {
+            p.check(
+                rpc.listen.parse::<std::net::SocketAddr>().is_ok(),
+                "worker.rpc.listen",
+                || {
+                    format!(
+                        "{:?} is not an address and port such as 0.0.0.0:7424",
+                        rpc.listen
+                    )
+                },
+            );
+            p.check(
+                worker.rpc_tls.enabled || !rpc.token.is_empty(),
+                "worker.rpc.token",
+                || "is required when worker.rpc.enabled is true without worker.rpc_tls".to_owned(),
+            );
+        }
+        let advertised = &worker.advertise_url;
+        p.check(
+            advertised.is_empty()
+                || ["http://", "https://"].iter().any(|scheme| {
+                    advertised.len() > scheme.len() && advertised.starts_with(scheme)
+                }),
+            "worker.advertise_url",
+            || format!("{advertised:?} must be an http:// or https:// URL"),
+        );
         let tls = &worker.rpc_tls;
         if tls.enabled {
             let pairs = [
@@ -525,6 +552,13 @@ impl Config {
             );
         }
 
+        // Node-to-node calls carry callers' principals and sandboxes' data.
+        p.check(
+            !self.worker.rpc.enabled || self.worker.rpc_tls.enabled,
+            "worker.rpc_tls.enabled",
+            || "must be true in production when worker.rpc.enabled is true".to_owned(),
+        );
+
         p.check(
             !self.providers.mock.enabled,
             "providers.mock.enabled",
@@ -537,7 +571,9 @@ impl Config {
         // SQLite in a multi-replica setup: replicas are told apart by their worker IDs and talk
         // over worker RPC, and a SQLite file cannot be shared between them.
         if self.database.driver == DatabaseDriver::Sqlite {
-            let replicas = if self.worker.rpc_tls.enabled {
+            let replicas = if self.worker.rpc.enabled {
+                Some("worker.rpc.enabled is true".to_owned())
+            } else if self.worker.rpc_tls.enabled {
                 Some("worker.rpc_tls.enabled is true".to_owned())
             } else if self.worker.id != DEFAULT_WORKER_ID {
                 Some(format!("worker.id is {:?}", self.worker.id))
@@ -726,6 +762,19 @@ mod tests {
                 },
                 "worker.rpc_tls.server_key_file",
             ),
+            (|c| c.worker.rpc.enabled = true, "worker.rpc.token"),
+            (
+                |c| {
+                    c.worker.rpc.enabled = true;
+                    c.worker.rpc.token = Secret::new("node-token");
+                    c.worker.rpc.listen = "localhost".to_owned();
+                },
+                "worker.rpc.listen",
+            ),
+            (
+                |c| c.worker.advertise_url = "node-b:7424".to_owned(),
+                "worker.advertise_url",
+            ),
         ];
         for (mutate, key) in cases {
             let mut config = Config::default();
@@ -879,6 +928,14 @@ mod tests {
                     c.database.driver = DatabaseDriver::Postgres;
                 },
                 &[],
+            ),
+            (
+                |c| {
+                    c.worker.rpc.enabled = true;
+                    c.worker.rpc.token = Secret::new("node-token");
+                    c.database.driver = DatabaseDriver::Postgres;
+                },
+                &["worker.rpc_tls.enabled"],
             ),
             (
                 |c| c.auth.oidc_issuer = "https://idp.example.com".to_owned(),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::Secret;
 use crate::duration::GoDuration;
 
 /// `worker.id` of a single-node set-up.
@@ -23,8 +24,53 @@ pub struct WorkerConfig {
     pub stale_after: GoDuration,
     /// Lease lifetime.
     pub lease_ttl: GoDuration,
+    /// What other nodes dial to reach this one (stored as the worker's `url`); empty: `http://`,
+    /// or `https://` with `worker.rpc_tls.enabled`, plus `worker.rpc.listen`.
+    pub advertise_url: String,
+    /// This node's own capacity, shown as the worker's `capacity.max_sandboxes`; `0` = unlimited.
+    pub max_sandboxes: u64,
+    /// `worker.rpc.*`.
+    pub rpc: RpcConfig,
     /// `worker.rpc_tls.*`.
     pub rpc_tls: RpcTlsConfig,
+}
+
+impl WorkerConfig {
+    /// The URL other nodes dial (decisions §22): `advertise_url`, else the rpc listener's.
+    pub fn url(&self) -> String {
+        if !self.advertise_url.is_empty() {
+            return self.advertise_url.clone();
+        }
+        let scheme = if self.rpc_tls.enabled {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.rpc.listen)
+    }
+}
+
+/// `worker.rpc.*`: the node-to-node listener (decisions §22).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RpcConfig {
+    /// Off by default: a call on a sandbox another node holds is 409 `lease_conflict`.
+    pub enabled: bool,
+    /// Where the node-to-node listener binds, apart from the API's.
+    pub listen: String,
+    /// What nodes present to each other (`Authorization: Bearer`), the same on every node;
+    /// required when rpc is enabled without TLS.
+    pub token: Secret,
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        RpcConfig {
+            enabled: false,
+            listen: "127.0.0.1:7424".to_owned(),
+            token: Secret::default(),
+        }
+    }
 }
 
 impl Default for WorkerConfig {
@@ -34,6 +80,9 @@ impl Default for WorkerConfig {
             heartbeat_interval: GoDuration::from_secs(30),
             stale_after: GoDuration::from_secs(90),
             lease_ttl: GoDuration::from_secs(60),
+            advertise_url: String::new(),
+            max_sandboxes: 0,
+            rpc: RpcConfig::default(),
             rpc_tls: RpcTlsConfig::default(),
         }
     }

@@ -31,7 +31,9 @@ pub(super) async fn upsert<C: GenericClient>(
             "INSERT INTO workers ({WORKER_COLUMNS}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
              ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, \
-             status = EXCLUDED.status, providers = EXCLUDED.providers, \
+             status = CASE WHEN workers.status = 'draining' AND EXCLUDED.status = 'online' \
+                      THEN workers.status ELSE EXCLUDED.status END, \
+             providers = EXCLUDED.providers, \
              capabilities = EXCLUDED.capabilities, max_sandboxes = EXCLUDED.max_sandboxes, \
              max_sandboxes_per_owner = EXCLUDED.max_sandboxes_per_owner, url = EXCLUDED.url, \
              last_heartbeat = EXCLUDED.last_heartbeat, updated_at = EXCLUDED.updated_at \

@@ -27,7 +27,9 @@ pub(super) fn upsert(
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({WORKER_COLUMNS}) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
-         ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, status = excluded.status, \
+         ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, \
+         status = CASE WHEN workers.status = 'draining' AND excluded.status = 'online' \
+                  THEN workers.status ELSE excluded.status END, \
          providers = excluded.providers, capabilities = excluded.capabilities, \
          max_sandboxes = excluded.max_sandboxes, \
          max_sandboxes_per_owner = excluded.max_sandboxes_per_owner, url = excluded.url, \

@@ -39,7 +39,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = openapi::Format::Json)]
         format: openapi::Format,
     },
-    /// Runs a worker that reports to a control plane.
+    /// Runs a worker that reports to a control plane; `drain`/`undrain ID` on a running server.
     Worker(worker::WorkerArgs),
     /// Configuration tools.
     Config {
@@ -122,7 +122,10 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve::run(config.as_deref()),
         Command::Openapi { format } => openapi::run(format),
-        Command::Worker(args) => worker::run(args),
+        Command::Worker(args) => match args.action {
+            Some(command) => client::run(cli.client, |api| client::worker::run(api, command)),
+            None => worker::run(args),
+        },
         Command::Config {
             command: ConfigCommand::Lint { config, production },
         } => config::lint(config.as_deref(), production),

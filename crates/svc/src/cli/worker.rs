@@ -17,15 +17,20 @@ use svc_core::worker::{WorkerCapacity, WorkerHeartbeat, WorkerStatus};
 
 use crate::config_load::{load_config, process_env};
 
-/// The command's arguments.
+/// The command's arguments: a worker process, or with a subcommand an action on a worker of a
+/// running server.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct WorkerArgs {
+    /// Drain or undrain a worker of a running server instead.
+    #[command(subcommand)]
+    pub(crate) action: Option<crate::cli::client::WorkerCommand>,
     /// The control plane's base URL (`http://host:7423`).
-    #[arg(long, value_name = "URL")]
-    control_plane: String,
+    #[arg(long, value_name = "URL", required = true)]
+    control_plane: Option<String>,
     /// This worker's ID.
-    #[arg(long)]
-    id: String,
+    #[arg(long, required = true)]
+    id: Option<String>,
     /// A worker token (signed, static or the shared staging token).
     #[arg(long, env = "SVC_WORKER_TOKEN", conflicts_with = "bootstrap_admin_key")]
     token: Option<String>,
@@ -87,7 +92,11 @@ struct Worker {
 }
 
 async fn work(args: WorkerArgs, config: Config) -> anyhow::Result<()> {
-    svc_control::workers::check_worker_id(&args.id).map_err(|e| anyhow::anyhow!("--id: {e}"))?;
+    // Both are required by the parser whenever no subcommand is given.
+    let (Some(control_plane), Some(id)) = (args.control_plane, args.id) else {
+        bail!("--control-plane and --id are required");
+    };
+    svc_control::workers::check_worker_id(&id).map_err(|e| anyhow::anyhow!("--id: {e}"))?;
     let credential = match (args.token, args.bootstrap_admin_key) {
         (Some(token), None) => Credential::Fixed(token),
         (None, Some(admin_key)) => Credential::Minted {
@@ -101,8 +110,8 @@ async fn work(args: WorkerArgs, config: Config) -> anyhow::Result<()> {
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()?,
-        base: args.control_plane.trim_end_matches('/').to_owned(),
-        id: args.id,
+        base: control_plane.trim_end_matches('/').to_owned(),
+        id,
         config,
         credential,
     };

@@ -952,6 +952,27 @@ fn the_client_manages_templates_and_quotas_and_follows_events() {
         .any(|l| l.starts_with("alice ")));
     assert_eq!(client(&["quota", "rm", "alice"]), "alice\n");
     assert_eq!(client(&["template", "rm", "py"]), "py\n");
+
+    // `svc worker drain|undrain` (decisions §22): the worker as the server answers it.
+    let drained = json(client(&["worker", "drain", "local", "--json"]));
+    assert_eq!(
+        (drained["id"].as_str(), drained["status"].as_str()),
+        (Some("local"), Some("draining"))
+    );
+    let table = client(&["worker", "undrain", "local"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("local ") && l.contains(" online")),
+        "{table}"
+    );
+    let unknown = svc()
+        .env("SVC_URL", &url)
+        .args(["worker", "drain", "nobody"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("not_found"));
     stop(server);
 }
 

@@ -16,6 +16,8 @@ pub struct TestServer {
     pub base: String,
     /// The E2B listener's base URL, when `e2b.enabled`.
     pub e2b: Option<String>,
+    /// The node-to-node listener's base URL, when `worker.rpc.enabled`.
+    pub rpc: Option<String>,
     /// The server's clock; TTL tests move it instead of sleeping.
     pub clock: Arc<svc_core::ManualClock>,
     pub client: reqwest::Client,
@@ -107,6 +109,7 @@ impl TestServer {
         TestServer {
             base: format!("http://{}", server.addr),
             e2b: server.e2b_addr.map(|addr| format!("http://{addr}")),
+            rpc: server.rpc_addr.map(|addr| format!("http://{addr}")),
             clock,
             client: reqwest::Client::new(),
             server: Some(server),

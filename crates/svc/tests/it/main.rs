@@ -20,6 +20,7 @@ mod egress;
 mod events;
 mod exec;
 mod files;
+mod fleet;
 mod isolation;
 mod lifecycle;
 mod microvm;

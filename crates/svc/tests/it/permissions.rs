@@ -47,6 +47,8 @@ const ROUTES: &[(&str, &str, char)] = &[
     ("POST", "/admin/worker-tokens", 'A'),
     ("DELETE", "/admin/workers/{workerID}", 'A'),
     ("POST", "/admin/workers/{workerID}/heartbeat", 'A'),
+    ("POST", "/admin/workers/{workerID}/drain", 'A'),
+    ("POST", "/admin/workers/{workerID}/undrain", 'A'),
     ("GET", "/diagnostics", 'R'),
     ("GET", "/events", 'R'),
     ("GET", "/metrics", 'R'),

@@ -512,3 +512,92 @@ async fn a_worker_renews_only_leases_it_holds() {
     store.close().await;
     server.shutdown().await;
 }
+
+/// Draining (decisions §22): the worker says `draining` until undrained, whatever its own
+/// heartbeats say; an unknown worker is 404.
+#[tokio::test]
+async fn a_drained_worker_stays_draining_until_undrained() {
+    let server = TestServer::start_with(|c| {
+        c.worker.heartbeat_interval = GoDuration::from_millis(50);
+        c.worker.stale_after = GoDuration::from_secs(5);
+        c.worker.lease_ttl = GoDuration::from_secs(10);
+    })
+    .await;
+    let drained = server
+        .call(Method::POST, "/admin/workers/local/drain", None)
+        .await;
+    assert_eq!(drained.status, 200, "{}", drained.body);
+    assert_schema("Worker", &drained.body);
+    assert_eq!(
+        (drained.body["id"].clone(), drained.body["status"].clone()),
+        (json!("local"), json!("draining"))
+    );
+    // Its own heartbeats (every 50 ms, saying online) leave it draining.
+    let store = second_store(&server).await;
+    let drained_beat = store
+        .get_worker("local")
+        .await
+        .unwrap()
+        .unwrap()
+        .last_heartbeat;
+    server.clock.advance(Duration::from_secs(1));
+    wait_for(
+        "a heartbeat after the drain",
+        Duration::from_secs(30),
+        || async {
+            let worker = store.get_worker("local").await.unwrap().unwrap();
+            worker.last_heartbeat > drained_beat
+        },
+    )
+    .await;
+    assert_eq!(
+        server.get("/workers/local").await.body["status"],
+        "draining"
+    );
+    let undrained = server
+        .call(Method::POST, "/admin/workers/local/undrain", None)
+        .await;
+    assert_eq!(undrained.status, 200, "{}", undrained.body);
+    assert_eq!(undrained.body["status"], "online");
+    assert_eq!(server.get("/workers/local").await.body["status"], "online");
+    for action in ["drain", "undrain"] {
+        server
+            .call(
+                Method::POST,
+                &format!("/admin/workers/nobody/{action}"),
+                None,
+            )
+            .await
+            .assert_error(404, "not_found");
+    }
+    store.close().await;
+    server.shutdown().await;
+}
+
+/// In a fleet (`worker.rpc.enabled`) the worker's capacity is its own `worker.max_sandboxes` and
+/// it advertises where other nodes reach it; outside one, as before, neither.
+#[tokio::test]
+async fn a_fleet_node_advertises_its_url_and_its_own_capacity() {
+    let node = TestServer::start_with(|c| {
+        c.defaults.max_sandboxes = 7;
+        c.worker.max_sandboxes = 5;
+        c.worker.rpc.enabled = true;
+        c.worker.rpc.token = svc_core::config::Secret::new("node-to-node-token");
+        c.worker.rpc.listen = "127.0.0.1:0".to_owned();
+        c.worker.advertise_url = "http://node-a.internal:7424".to_owned();
+    })
+    .await;
+    let worker = node.get("/workers/local").await.body;
+    assert_eq!(worker["url"], "http://node-a.internal:7424");
+    assert_eq!(worker["capacity"]["max_sandboxes"], 5);
+    node.shutdown().await;
+    let single = TestServer::start_with(|c| {
+        c.defaults.max_sandboxes = 7;
+        c.worker.max_sandboxes = 5;
+    })
+    .await;
+    let worker = single.get("/workers/local").await.body;
+    assert_eq!(worker.get("url"), None);
+    assert_eq!(worker["capacity"]["max_sandboxes"], 7);
+    single.shutdown().await;
+}

@@ -14,6 +14,7 @@ pub(crate) mod quota;
 pub(crate) mod sandbox;
 pub(crate) mod template;
 mod terminal;
+pub(crate) mod worker;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,7 @@ pub(crate) use exec::ExecArgs;
 pub(crate) use quota::QuotaCommand;
 pub(crate) use sandbox::SandboxCommand;
 pub(crate) use template::TemplateCommand;
+pub(crate) use worker::WorkerCommand;
 
 /// The default server.
 const DEFAULT_URL: &str = "http://127.0.0.1:7423";
