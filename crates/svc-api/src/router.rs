@@ -81,6 +81,30 @@ fn cors(origins: &[String]) -> CorsLayer {
     layer.allow_origin(AllowOrigin::list(origins))
 }
 
+/// The header naming the worker that served a sandbox-scoped answer (decisions §22).
+const SERVED_BY: HeaderName = HeaderName::from_static("x-svc-worker");
+
+/// `X-Svc-Worker` on every answer about one sandbox (`/sandboxes/{id}` and below, the preview
+/// proxy aside): which node of a fleet served it.
+async fn served_by(
+    axum::extract::State(plane): axum::extract::State<ControlPlane>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let scoped = request
+        .uri()
+        .path()
+        .strip_prefix("/api/v1/sandboxes/")
+        .is_some_and(|rest| !rest.is_empty());
+    let mut response = next.run(request).await;
+    if scoped {
+        if let Ok(worker) = HeaderValue::from_str(plane.worker_id()) {
+            response.headers_mut().insert(SERVED_BY, worker);
+        }
+    }
+    response
+}
+
 /// The whole HTTP application for `plane`.
 pub fn router(plane: ControlPlane) -> Router {
     let (api, document) = api_parts();
@@ -95,10 +119,15 @@ pub fn router(plane: ControlPlane) -> Router {
         crate::hosts::AllowedHosts::for_listener(plane.config(), &plane.config().server.host);
     // Every API route authenticates (probes excepted, see auth.rs); the interface description
     // is public.
-    let mut app = api.route_layer(axum::middleware::from_fn_with_state(
-        plane.clone(),
-        crate::auth::authenticate,
-    ));
+    let mut app = api
+        .route_layer(axum::middleware::from_fn_with_state(
+            plane.clone(),
+            crate::auth::authenticate,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            plane.clone(),
+            served_by,
+        ));
     // The preview proxy authenticates for itself: credentials, or a preview token.
     for template in crate::permissions::PREVIEW_ROUTES {
         app = app.route(

@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     pub(crate) builds: crate::builds::Builds,
     /// What buffered execs' output may hold in memory, all together.
     pub(crate) buffered_output: Arc<crate::output_budget::OutputBudget>,
+    /// The client for other nodes of a fleet, made on first use.
+    node_client: std::sync::OnceLock<reqwest::Client>,
     started: Instant,
     shutdown: CancellationToken,
 }
@@ -107,6 +109,7 @@ impl ControlPlane {
                 authenticator: parts.authenticator,
                 member_roles: crate::identity::MemberRoles::default(),
                 http_metrics: crate::observe::http::HttpMetrics::new(),
+                node_client: std::sync::OnceLock::new(),
                 retries: crate::retry::Retries::default(),
                 spawn_queue,
                 rate_limiter,
@@ -150,6 +153,11 @@ impl ControlPlane {
     /// Per-route HTTP request metrics (recorded by the HTTP layer).
     pub fn http_metrics(&self) -> &crate::observe::http::HttpMetrics {
         &self.inner.http_metrics
+    }
+
+    /// The HTTP client for other nodes of a fleet (one connection pool for all of them).
+    pub(crate) fn node_client(&self) -> &reqwest::Client {
+        self.inner.node_client.get_or_init(reqwest::Client::new)
     }
 
     /// Counters of every provider operation and exec.

@@ -23,7 +23,7 @@ use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::worker::WorkerStatus;
 use svc_core::Error;
 use svc_provider::RuntimeStatus;
-use svc_store::{KeyPage, SandboxFilter, StateFilter};
+use svc_store::{SandboxFilter, StateFilter};
 
 use crate::reconcile::RuntimeLoss;
 use crate::recover::Resolution;
@@ -37,14 +37,10 @@ impl ControlPlane {
         principal: &Principal,
     ) -> Result<ReconcileReport, Error> {
         self.authorize(principal, Action::Reconcile)?;
-        let now = self.clock().now();
-        let window = self.config().worker.stale_after.as_std();
         let dead: Vec<String> = self
-            .store()
-            .list_workers(&KeyPage::ALL)
+            .workers_now()
             .await?
             .into_iter()
-            .map(|w| w.with_staleness(now, window))
             .filter(|w| w.id != self.worker_id() && (w.stale || w.status == WorkerStatus::Offline))
             .map(|w| w.id)
             .collect();

@@ -9,6 +9,7 @@ use svc_core::access::Action;
 use svc_core::error::Resource;
 use svc_core::worker::{Lease, Worker, WorkerCapacity, WorkerHeartbeat, WorkerStatus};
 use svc_core::Error;
+use svc_store::KeyPage;
 use tokio_util::sync::CancellationToken;
 
 use crate::identity::{WorkerToken, WorkerTokenRequest, SCOPE_HEARTBEAT, SCOPE_LEASE};
@@ -52,6 +53,19 @@ impl ControlPlane {
         }
     }
 
+    /// Every registered worker, `stale` as of now.
+    pub(crate) async fn workers_now(&self) -> Result<Vec<Worker>, Error> {
+        let now = self.clock().now();
+        let window = self.stale_after();
+        Ok(self
+            .store()
+            .list_workers(&KeyPage::ALL)
+            .await?
+            .into_iter()
+            .map(|w| w.with_staleness(now, window))
+            .collect())
+    }
+
     fn stale_after(&self) -> Duration {
         self.config().worker.stale_after.as_std()
     }
@@ -88,14 +102,18 @@ impl ControlPlane {
         Ok(renewed)
     }
 
-    /// Records this worker `offline` (shutdown).
-    async fn mark_local_offline(&self) {
+    /// Records this worker `offline` (the end of a shutdown).
+    pub async fn mark_local_offline(&self) {
+        self.set_local_status(WorkerStatus::Offline).await;
+    }
+
+    async fn set_local_status(&self, status: WorkerStatus) {
         let result = self
             .store()
-            .set_worker_status(self.worker_id(), WorkerStatus::Offline, self.clock().now())
+            .set_worker_status(self.worker_id(), status, self.clock().now())
             .await;
         if let Err(err) = result {
-            tracing::warn!(error = %err, "recording this worker offline failed");
+            tracing::warn!(error = %err, %status, "recording this worker's status failed");
         }
     }
 
@@ -298,7 +316,9 @@ pub fn check_worker_id(id: &str) -> Result<(), Error> {
         .map_err(|e| Error::invalid("workerID", e.to_string().replace("owner id", "worker id")))
 }
 
-/// The heartbeat loop: every `worker.heartbeat_interval` until shutdown, then `offline`.
+/// The heartbeat loop: every `worker.heartbeat_interval` until shutdown. Then the worker is
+/// `offline`; a fleet node is `draining` instead while its in-flight requests finish, and the
+/// server records it `offline` once they have (decisions §22).
 pub(crate) async fn run_heartbeats(plane: ControlPlane, cancel: CancellationToken) {
     let every = plane.config().worker.heartbeat_interval.as_std();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -317,5 +337,9 @@ pub(crate) async fn run_heartbeats(plane: ControlPlane, cancel: CancellationToke
             }
         }
     }
-    plane.mark_local_offline().await;
+    if plane.config().worker.rpc.enabled {
+        plane.set_local_status(WorkerStatus::Draining).await;
+    } else {
+        plane.mark_local_offline().await;
+    }
 }

@@ -290,6 +290,10 @@ async fn run(
             loops_stopped += 1;
         }
     }
+    // A fleet node drained itself while its requests finished (the heartbeat loop's end).
+    if plane.config().worker.rpc.enabled {
+        plane.mark_local_offline().await;
+    }
     plane
         .flush_exec_records(std::time::Duration::from_secs(5))
         .await;

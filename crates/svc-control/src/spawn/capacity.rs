@@ -10,7 +10,6 @@ use svc_core::event::{EventPayload, LimitEventData, SpawnQueueEventData};
 use svc_core::sandbox::{Sandbox, SandboxState};
 use svc_core::worker::WorkerStatus;
 use svc_core::{Error, GoDuration, OwnerId, SandboxId};
-use svc_store::KeyPage;
 
 use super::placement::Placement;
 use super::plan::SpawnPlan;
@@ -53,15 +52,7 @@ impl ControlPlane {
     /// whenever it runs the provider); `eligible_workers` counts the online, fresh workers of
     /// the registry, this one always included.
     pub async fn scheduler_stats(&self) -> Result<SchedulerStats, Error> {
-        let now = self.clock().now();
-        let window = self.config().worker.stale_after.as_std();
-        let workers: Vec<svc_core::worker::Worker> = self
-            .store()
-            .list_workers(&KeyPage::ALL)
-            .await?
-            .into_iter()
-            .map(|w| w.with_staleness(now, window))
-            .collect();
+        let workers = self.workers_now().await?;
         Ok(self.scheduler_stats_of(&workers))
     }
 
@@ -142,10 +133,13 @@ impl ControlPlane {
             }
         };
         Ok(if admission.allowed {
-            self.inner.held_leases.record(
-                sandbox.id.as_str(),
-                add_duration(sandbox.created_at, self.config().worker.lease_ttl.as_std()),
-            );
+            // The node chosen holds the lease: this one only when it runs the sandbox.
+            if sandbox.worker_id.as_deref() == Some(self.worker_id()) {
+                self.inner.held_leases.record(
+                    sandbox.id.as_str(),
+                    add_duration(sandbox.created_at, self.config().worker.lease_ttl.as_std()),
+                );
+            }
             Ok(sandbox)
         } else {
             Err(Denial::Store(admission))
@@ -166,7 +160,10 @@ impl ControlPlane {
             created_at: now,
             expires_at: add_duration(now, plan.ttl),
             metadata: plan.metadata.clone(),
-            worker_id: Some(self.worker_id().to_owned()),
+            worker_id: Some(match &plan.placement {
+                Placement::Remote { worker, .. } => worker.clone(),
+                _ => self.worker_id().to_owned(),
+            }),
             tenant_id: plan.tenant.clone(),
             owner_id: plan.owner.clone(),
             template: plan.template.clone(),

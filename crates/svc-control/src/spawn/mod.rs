@@ -86,7 +86,7 @@ impl ControlPlane {
     /// gone), and a panic inside surfaces as an internal error with the undo started.
     async fn admit_and_create(&self, plan: plan::SpawnPlan) -> Result<Sandbox, Error> {
         let provider = match &plan.placement {
-            Placement::Local(provider) => Arc::clone(provider),
+            Placement::Local(provider) | Placement::Remote { provider, .. } => Arc::clone(provider),
             Placement::Elsewhere { .. } => return Err(self.refuse_elsewhere(&plan).await?),
         };
         let plan = Arc::new(plan);

@@ -9,15 +9,27 @@ use svc_core::error::LimitReason;
 use svc_core::worker::{Worker, WorkerStatus};
 use svc_core::Error;
 use svc_provider::Provider;
-use svc_store::KeyPage;
 
 use crate::ControlPlane;
+
+/// What a node without a capacity of its own counts as, for placement (decisions §22).
+const UNLIMITED_COUNTS_AS: u64 = 1_000;
+
+/// The providers a node may run, by their wire names.
+const KNOWN_PROVIDERS: [&str; 4] = ["mock", "docker", "qemu", "firecracker"];
 
 /// Where a spawn would run (decisions §11): here, or only on other workers, which this build
 /// cannot ask to spawn (remote worker RPC is gated), so admission refuses with `reason`.
 pub(crate) enum Placement {
     /// This worker runs the provider.
     Local(Arc<dyn Provider>),
+    /// Another node of the fleet runs it (decisions §22): its provider, over worker RPC.
+    Remote {
+        /// The node's worker ID.
+        worker: String,
+        /// Its provider, reached over the node-to-node listener.
+        provider: Arc<dyn Provider>,
+    },
     /// Only other workers do.
     Elsewhere {
         /// The provider name.
@@ -32,7 +44,7 @@ pub(crate) enum Placement {
 impl Placement {
     pub(super) fn provider_name(&self) -> &str {
         match self {
-            Placement::Local(provider) => provider.name(),
+            Placement::Local(provider) | Placement::Remote { provider, .. } => provider.name(),
             Placement::Elsewhere { provider, .. } => provider,
         }
     }
@@ -44,6 +56,9 @@ impl ControlPlane {
     /// which admission must refuse (`remote_worker_rpc_unavailable`), or nowhere
     /// (`no_eligible_worker`). A provider no online, fresh worker offers is 400.
     pub(crate) async fn place(&self, name: Option<&str>) -> Result<Placement, Error> {
+        if self.config().worker.rpc.enabled {
+            return self.place_in_fleet(name).await;
+        }
         let unknown = match self.spawn_provider(name) {
             Ok(provider) => return Ok(Placement::Local(provider)),
             Err(unknown) => unknown,
@@ -51,14 +66,10 @@ impl ControlPlane {
         let Some(name) = name else {
             return Err(unknown);
         };
-        let now = self.clock().now();
-        let window = self.config().worker.stale_after.as_std();
         let offering: Vec<Worker> = self
-            .store()
-            .list_workers(&KeyPage::ALL)
+            .workers_now()
             .await?
             .into_iter()
-            .map(|w| w.with_staleness(now, window))
             .filter(|w| {
                 w.id != self.worker_id()
                     && w.status == WorkerStatus::Online
@@ -100,6 +111,84 @@ impl ControlPlane {
                     "no worker offering provider {name} has capacity left (no_eligible_worker)"
                 ),
             },
+        })
+    }
+
+    /// In a fleet (decisions §22): the eligible node (online, fresh, not draining, offering the
+    /// provider, below its own capacity) with the most free capacity, this one on a tie; a node
+    /// with no capacity of its own counts 1,000 minus what it holds. None: `no_eligible_worker`.
+    async fn place_in_fleet(&self, name: Option<&str>) -> Result<Placement, Error> {
+        let local = self.spawn_provider(name);
+        let name = match (&local, name) {
+            (Ok(provider), _) => provider.name().to_owned(),
+            (Err(_), Some(name)) => name.to_owned(),
+            // No name and no default here: the default provider is unknown.
+            (Err(_), None) => return local.map(Placement::Local),
+        };
+        let workers = self.workers_now().await?;
+        let held = self.store().count_active_sandboxes_by_worker().await?;
+        let free = |worker: &Worker| {
+            let held = held.get(&worker.id).copied().unwrap_or(0);
+            match worker.capacity.max_sandboxes {
+                0 => UNLIMITED_COUNTS_AS.saturating_sub(held),
+                cap => cap.saturating_sub(held),
+            }
+        };
+        let mut best: Option<(&Worker, u64)> = None;
+        for worker in &workers {
+            let here = worker.id == self.worker_id();
+            let eligible = worker.status == WorkerStatus::Online
+                && !worker.stale
+                && worker.runs(&name)
+                && (here || worker.url.is_some());
+            let room = free(worker);
+            if !eligible || room == 0 {
+                continue;
+            }
+            let better = match best {
+                None => true,
+                Some((_, most)) => room > most || (room == most && here),
+            };
+            if better {
+                best = Some((worker, room));
+            }
+        }
+        let Some((chosen, _)) = best else {
+            if let Err(unknown) = local {
+                if !workers.iter().any(|w| w.runs(&name)) {
+                    return Err(unknown);
+                }
+            }
+            return Ok(Placement::Elsewhere {
+                message: format!(
+                    "no node offering provider {name} is online, fresh, undrained and below its capacity (no_eligible_worker)"
+                ),
+                provider: name,
+                reason: LimitReason::NoEligibleWorker,
+            });
+        };
+        if chosen.id == self.worker_id() {
+            if let Ok(provider) = local {
+                return Ok(Placement::Local(provider));
+            }
+        }
+        let Some(static_name) = KNOWN_PROVIDERS.iter().find(|known| **known == name) else {
+            return Err(self.spawn_provider(Some(&name)).err().unwrap_or_else(|| {
+                Error::invalid("provider", format!("{name} is not a provider svc knows"))
+            }));
+        };
+        let provider = crate::fleet::remote::NodeProvider {
+            name: static_name,
+            worker: chosen.id.clone(),
+            url: chosen.url.clone().unwrap_or_default(),
+            token: self.config().worker.rpc.token.clone(),
+            store: Arc::clone(self.store()),
+            clock: Arc::clone(self.clock()),
+            client: self.node_client().clone(),
+        };
+        Ok(Placement::Remote {
+            worker: chosen.id.clone(),
+            provider: Arc::new(provider),
         })
     }
 

@@ -71,7 +71,7 @@ impl ControlPlane {
         let placement = self.placed(&shape, request.network.as_deref()).await?;
         let local = match &placement {
             Placement::Local(provider) => Some(provider.as_ref()),
-            Placement::Elsewhere { .. } => None,
+            Placement::Remote { .. } | Placement::Elsewhere { .. } => None,
         };
         let network = request
             .network
@@ -241,7 +241,7 @@ impl ControlPlane {
                 check_image_for(&shape.image, image_kind, provider.as_ref())?;
                 Some(provider.as_ref())
             }
-            Placement::Elsewhere { .. } => None,
+            Placement::Remote { .. } | Placement::Elsewhere { .. } => None,
         };
         check_sizes(&self.config().defaults, shape.memory_mb, shape.vcpus, local)?;
         check_network(self.config(), network, local)?;

@@ -4,6 +4,8 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use svc_store::Store;
+
 use crate::harness::TestServer;
 
 const TOKEN: &str = "node-to-node-token-0123456789abcdef";
@@ -248,4 +250,148 @@ async fn a_node_asking_for_tls_it_cannot_have_does_not_start() {
         format!("{refused:#}").contains("worker.rpc_tls.enabled"),
         "{refused:#}"
     );
+}
+
+/// A node shutting down drains itself first: `draining` while its in-flight requests finish,
+/// then `offline` (decisions §22).
+#[tokio::test]
+async fn a_node_drains_itself_while_it_shuts_down() {
+    let node = node().await;
+    let sandbox = node.spawn(json!({})).await;
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    // A request still in flight when the shutdown begins: a command that waits for the gate.
+    let exec = {
+        let (client, url) = (
+            node.client.clone(),
+            node.url(&format!("/sandboxes/{id}/exec")),
+        );
+        let command = format!("until [ -e {} ]; do sleep 0.02; done", go.display());
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&json!({"command": command}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    let store = svc_store::sqlite::SqliteStore::open(node.dir.path().join("svc.db"))
+        .await
+        .unwrap();
+    let status = || async { store.get_worker("local").await.unwrap().unwrap().status };
+    crate::harness::wait_for(
+        "the command to run",
+        std::time::Duration::from_secs(30),
+        || async {
+            let listed = node.get(&format!("/sandboxes/{id}/execs")).await.body;
+            listed.as_array().is_some_and(|execs| !execs.is_empty())
+        },
+    )
+    .await;
+    let stopping = tokio::spawn(node.shutdown());
+    crate::harness::wait_for(
+        "the node to drain itself",
+        std::time::Duration::from_secs(30),
+        || async { status().await == svc_core::worker::WorkerStatus::Draining },
+    )
+    .await;
+    std::fs::write(&go, b"").unwrap();
+    assert_eq!(exec.await.unwrap(), StatusCode::OK);
+    let report = stopping.await.unwrap();
+    assert!(report.drained);
+    assert_eq!(status().await, svc_core::worker::WorkerStatus::Offline);
+    store.close().await;
+}
+
+/// Every answer about one sandbox names the worker that served it; other answers do not.
+#[tokio::test]
+async fn sandbox_answers_name_the_worker_that_served_them() {
+    let node = TestServer::start_with(|c| c.worker.id = "node-a".to_owned()).await;
+    let id = node.spawn(json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let served_by = |reply: &crate::harness::Reply| {
+        reply
+            .headers
+            .get("x-svc-worker")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    for path in [
+        format!("/sandboxes/{id}"),
+        format!("/sandboxes/{id}/execs"),
+        "/sandboxes/sb-0123456789abcdef/stats".to_owned(),
+    ] {
+        let reply = node.get(&path).await;
+        assert_eq!(served_by(&reply).as_deref(), Some("node-a"), "{path}");
+    }
+    let exec = node
+        .post(&format!("/sandboxes/{id}/exec"), json!({"command": "true"}))
+        .await;
+    assert_eq!(served_by(&exec).as_deref(), Some("node-a"));
+    assert_eq!(served_by(&node.get("/sandboxes").await), None);
+    assert_eq!(served_by(&node.get("/workers").await), None);
+    node.shutdown().await;
+}
+
+/// Two nodes on one database: a spawn through one is placed on the node with the most free
+/// capacity, which creates the runtime over worker RPC and holds its lease; a drained node takes
+/// none; with no room anywhere the spawn is refused `no_eligible_worker` (decisions §22).
+#[tokio::test]
+async fn spawns_are_placed_on_the_node_with_the_most_room() {
+    let fleet = |id: &'static str, capacity: u64, database: Option<String>| {
+        move |c: &mut svc_core::config::Config| {
+            c.worker.id = id.to_owned();
+            c.worker.max_sandboxes = capacity;
+            c.worker.rpc.enabled = true;
+            c.worker.rpc.token = svc_core::config::Secret::new(TOKEN);
+            c.worker.rpc.listen = "127.0.0.1:0".to_owned();
+            if let Some(database) = database {
+                c.database.path = database;
+            }
+        }
+    };
+    let a = TestServer::start_with(fleet("node-a", 1, None)).await;
+    let database = a.dir.path().join("svc.db").display().to_string();
+    let b = TestServer::start_with(fleet("node-b", 5, Some(database))).await;
+
+    // node-a has room for 1, node-b for 5: a spawn through node-a runs on node-b.
+    let placed = a.spawn(json!({})).await;
+    let id = placed["id"].as_str().unwrap().to_owned();
+    assert_eq!(placed["worker_id"], "node-b", "{placed}");
+    assert_eq!(placed["state"], "running");
+    assert!(
+        b.dir.path().join("mock").join(&id).exists(),
+        "the runtime is node-b's"
+    );
+    assert!(!a.dir.path().join("mock").join(&id).exists());
+    let ran = b
+        .post(
+            &format!("/sandboxes/{id}/exec"),
+            json!({"command": "echo placed"}),
+        )
+        .await;
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    assert_eq!(ran.body["stdout"], "placed\n");
+    let lease = a.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(lease.body["worker_id"], "node-b");
+
+    // Drained, node-b takes nothing: the next spawn stays on node-a, and then no node has room.
+    b.call(reqwest::Method::POST, "/admin/workers/node-b/drain", None)
+        .await;
+    let local = a.spawn(json!({})).await;
+    assert_eq!(local["worker_id"], "node-a", "{local}");
+    let full = a.post("/sandboxes", json!({})).await;
+    let message = full.assert_error(429, "resource_limit");
+    assert!(message.contains("no_eligible_worker"), "{message}");
+
+    // Undrained, node-b takes the next one again.
+    b.call(reqwest::Method::POST, "/admin/workers/node-b/undrain", None)
+        .await;
+    assert_eq!(a.spawn(json!({})).await["worker_id"], "node-b");
+    b.shutdown().await;
+    a.shutdown().await;
 }
