@@ -87,7 +87,7 @@ const SERVED_BY: HeaderName = HeaderName::from_static("x-svc-worker");
 /// `X-Svc-Worker` on every answer about one sandbox (`/sandboxes/{id}` and below, the preview
 /// proxy aside): which node of a fleet served it.
 async fn served_by(
-    axum::extract::State(plane): axum::extract::State<ControlPlane>,
+    axum::extract::State(worker): axum::extract::State<Option<HeaderValue>>,
     request: Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -97,10 +97,8 @@ async fn served_by(
         .strip_prefix("/api/v1/sandboxes/")
         .is_some_and(|rest| !rest.is_empty());
     let mut response = next.run(request).await;
-    if scoped {
-        if let Ok(worker) = HeaderValue::from_str(plane.worker_id()) {
-            response.headers_mut().insert(SERVED_BY, worker);
-        }
+    if let (true, Some(worker)) = (scoped, worker) {
+        response.headers_mut().insert(SERVED_BY, worker);
     }
     response
 }
@@ -125,7 +123,9 @@ pub fn router(plane: ControlPlane) -> Router {
             crate::auth::authenticate,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
-            plane.clone(),
+            // Made once: a worker ID (no control characters, checked at start-up) is a valid
+            // header value.
+            HeaderValue::from_str(plane.worker_id()).ok(),
             served_by,
         ));
     // The preview proxy authenticates for itself: credentials, or a preview token.

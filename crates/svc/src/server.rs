@@ -82,7 +82,7 @@ pub async fn start_with_clock(
             return Err(err);
         }
     };
-    let rpc_addr = rpc_listener.map(|listener| serve_node(&plane, listener));
+    let rpc_addr = rpc_listener.map(|(listener, addr)| serve_node(&plane, listener, addr));
     let providers = plane.readiness().await.providers;
     let provider_list: Vec<String> = providers
         .iter()
@@ -165,7 +165,9 @@ pub async fn start_with_clock(
 /// With `worker.rpc.enabled`, binds the node-to-node listener before anything else starts, and
 /// records where it listens (a port 0 becomes the one given), which the worker advertises when
 /// `worker.advertise_url` is empty.
-async fn bind_node_listener(config: &mut Config) -> anyhow::Result<Option<TcpListener>> {
+async fn bind_node_listener(
+    config: &mut Config,
+) -> anyhow::Result<Option<(TcpListener, SocketAddr)>> {
     let rpc = &config.worker.rpc;
     if !rpc.enabled {
         return Ok(None);
@@ -182,14 +184,11 @@ async fn bind_node_listener(config: &mut Config) -> anyhow::Result<Option<TcpLis
         .local_addr()
         .context("reading the node-to-node address")?;
     config.worker.rpc.listen = addr.to_string();
-    Ok(Some(listener))
+    Ok(Some((listener, addr)))
 }
 
 /// Serves the node-to-node listener (decisions §22) until shutdown.
-fn serve_node(plane: &ControlPlane, listener: TcpListener) -> SocketAddr {
-    let addr = listener
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+fn serve_node(plane: &ControlPlane, listener: TcpListener, addr: SocketAddr) -> SocketAddr {
     let app = svc_api::node_router(plane.clone());
     let shutdown = plane.shutdown_token().clone();
     tokio::spawn(async move {

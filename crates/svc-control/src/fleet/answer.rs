@@ -12,7 +12,7 @@ use svc_core::{Error, SandboxId};
 use svc_provider::{Provider, RuntimeStatus, SpawnSpec};
 
 use crate::provider_errors::classify;
-use crate::ControlPlane;
+use crate::{ControlPlane, Principal};
 
 impl ControlPlane {
     /// Answers one request of the worker RPC contract; refusals and failures are its `error`
@@ -141,11 +141,7 @@ impl ControlPlane {
 
     /// The enabled provider the record of sandbox `id` names.
     async fn provider_of_record(&self, id: &SandboxId) -> Result<Arc<dyn Provider>, Error> {
-        let sandbox = self
-            .store()
-            .get_sandbox(id)
-            .await?
-            .ok_or_else(|| Error::not_found(svc_core::error::Resource::Sandbox, id.as_str()))?;
+        let sandbox = self.find_sandbox(&Principal::system(), id).await?;
         self.enabled_provider(&sandbox.provider)
     }
 }

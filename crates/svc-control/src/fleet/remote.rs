@@ -36,10 +36,7 @@ impl NodeProvider {
         let deadline = self.clock.now()
             + chrono::Duration::from_std(CALL_TIMEOUT).unwrap_or(chrono::Duration::MAX);
         let envelope = RpcRequest {
-            id: format!(
-                "rpc-{}",
-                SandboxId::generate().as_str().trim_start_matches("sb-")
-            ),
+            id: format!("rpc-{}", hex::encode(rand::random::<[u8; 8]>())),
             worker_id: self.worker.clone(),
             deadline,
             request,

@@ -164,6 +164,21 @@ impl Output {
     }
 }
 
+/// Waits until the command has written `ready` (so it runs, with its handlers as it set them),
+/// and hands the session back for the rest of its output.
+pub async fn when_ready(mut session: ExecSession) -> ExecSession {
+    let mut said = Vec::new();
+    while !said.ends_with(b"ready\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(60), session.output.next())
+            .await
+            .expect("the command starts within a minute")
+            .expect("the command says it is ready before its output ends")
+            .unwrap();
+        said.extend_from_slice(&chunk.data);
+    }
+    session
+}
+
 pub async fn collect(session: ExecSession) -> Output {
     let ExecSession {
         mut output, exit, ..
@@ -322,8 +337,12 @@ pub async fn signals_end_commands_with_128_plus_n(sb: &Sandbox) {
         (Signal::Kill, 137),
         (Signal::Hup, 129),
     ] {
-        let session = sb.start(spec(&["sleep", "30"])).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // `exec`: the signal reaches `sleep` itself, as it would a program run without a shell.
+        let session = when_ready(
+            sb.start(spec(&["/bin/sh", "-c", "echo ready; exec sleep 30"]))
+                .await,
+        )
+        .await;
         session.control.signal(signal).await.unwrap();
         let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
             .await
@@ -343,9 +362,8 @@ pub async fn kill_stops_everything_the_command_started(sb: &Sandbox) {
             .unwrap()
             .subsec_nanos()
             % 9000;
-    let script = format!("sleep {secs} & sleep {secs}; echo never");
-    let session = sb.start(spec(&["/bin/sh", "-c", &script])).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let script = format!("sleep {secs} & echo ready; sleep {secs}; echo never");
+    let session = when_ready(sb.start(spec(&["/bin/sh", "-c", &script])).await).await;
     let started = Instant::now();
     session.control.kill().await.unwrap();
     let out = tokio::time::timeout(Duration::from_secs(10), collect(session))
