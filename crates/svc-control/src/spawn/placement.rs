@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use svc_core::config::KNOWN_PROVIDERS;
 use svc_core::error::LimitReason;
 use svc_core::worker::{Worker, WorkerStatus};
 use svc_core::Error;
@@ -14,9 +15,6 @@ use crate::ControlPlane;
 
 /// What a node without a capacity of its own counts as, for placement (decisions §22).
 const UNLIMITED_COUNTS_AS: u64 = 1_000;
-
-/// The providers a node may run, by their wire names.
-const KNOWN_PROVIDERS: [&str; 4] = ["mock", "docker", "qemu", "firecracker"];
 
 /// Where a spawn would run (decisions §11): here, or only on other workers, which this build
 /// cannot ask to spawn (remote worker RPC is gated), so admission refuses with `reason`.
@@ -173,9 +171,10 @@ impl ControlPlane {
             }
         }
         let Some(static_name) = KNOWN_PROVIDERS.iter().find(|known| **known == name) else {
-            return Err(self.spawn_provider(Some(&name)).err().unwrap_or_else(|| {
-                Error::invalid("provider", format!("{name} is not a provider svc knows"))
-            }));
+            return Err(Error::invalid(
+                "provider",
+                format!("{name} is not a provider svc knows"),
+            ));
         };
         let provider = crate::fleet::remote::NodeProvider {
             name: static_name,
